@@ -1,0 +1,79 @@
+// The backend interface and the registry that selects one at run time.
+//
+// A backend implements the three stages (and dense attention for baselines) on one kind of device. Backends are
+// registered explicitly by register_builtin_backends() (static self-registering objects vanish from static
+// libraries), looked up by name, "auto" (best available) or the DASHATTN_BACKEND environment variable.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dashattn/params.h"
+
+namespace dashattn {
+
+struct Probe {
+  bool available = false;
+  std::string reason;  // why not, when unavailable; a device description when available
+};
+
+enum class CopyKind { kHostToDevice, kDeviceToHost, kDeviceToDevice };
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual const char* name() const = 0;          // "cpu", "cuda", "hip"
+  virtual DeviceType device_type() const = 0;
+  virtual int priority() const = 0;               // higher wins under "auto"
+  virtual Probe probe() const = 0;                // never throws, never aborts
+
+  // Empty when the backend can run these (already validated) params, else what it cannot do. The same function
+  // guards every entry point, so selection and execution cannot disagree.
+  virtual std::string unsupported_reason(const ForwardParams& p) const = 0;
+
+  virtual void summarize(const SummarizeParams& p) = 0;
+  virtual void route(const RouteParams& p) = 0;
+  virtual void attend(const AttendParams& p) = 0;
+  virtual void dense_attention(const DenseParams& p) = 0;
+
+  // Whole forward. The default composes the three stages over a workspace carved by plan_workspace().
+  virtual void forward(const ForwardParams& p);
+  virtual size_t workspace_size(const ForwardParams& p) const;
+
+  // Memory on the backend's device, for the convenience API (Decoder, CLI, bindings). Kernels never allocate.
+  virtual void* allocate(size_t bytes) = 0;
+  virtual void deallocate(void* ptr) noexcept = 0;
+  virtual void copy(void* dst, const void* src, size_t bytes, CopyKind kind, void* stream) = 0;
+  virtual void memset_zero(void* dst, size_t bytes, void* stream) = 0;
+  virtual void synchronize(void* stream) = 0;
+};
+
+class Registry {
+ public:
+  // The process-wide registry with the built-in backends registered.
+  static Registry& instance();
+
+  void add(std::unique_ptr<Backend> backend);  // replaces a backend of the same name
+  Backend* find(const std::string& name) const;  // nullptr when unknown
+  std::vector<Backend*> all() const;            // in registration order
+
+  // "cpu", "cuda", "hip" or "auto"; an empty name reads DASHATTN_BACKEND, then "auto". Throws
+  // BackendUnavailable naming the backend and the probe's reason.
+  Backend& select(const std::string& name = "") const;
+  // The available backend of highest priority whose device matches, or nullptr.
+  Backend* best_for(DeviceType device) const;
+
+ private:
+  std::vector<std::unique_ptr<Backend>> backends_;
+};
+
+// Registers the backends compiled into this build (called once by Registry::instance()).
+void register_builtin_backends(Registry& registry);
+
+// Names of the backends compiled into this build, e.g. {"cpu", "cuda"}.
+std::vector<std::string> compiled_backends();
+
+}  // namespace dashattn

@@ -1,0 +1,190 @@
+// The α-entmax threshold solver shared by every backend (host and device).
+//
+// Given scores z over n routable chunks, α-entmax(z)_c = [(α−1)·z_c − τ]_+^{1/(α−1)} with the unique τ making the
+// weights sum to one. We work on x = (α−1)·z. τ lies in [max(x) − 1, max(x)): at max−1 the top element alone
+// weighs 1, at max nothing does.
+//
+// The solver is exact, not "a few Halley steps": each pass at a trial t collects, over the elements above t,
+// their count k and the sums S1 = Σ(x−t), S2 = Σ(x−t)², plus a = max{x ≤ t} and b = min{x > t}. For α = 1.5
+// and α = 2 the weight sum restricted to that support is a polynomial in τ with a closed-form root τq. If
+// a ≤ τq < b, the support at τq is exactly the one used, so τq is the exact threshold (a certificate); otherwise
+// the bracket shrinks and Newton (clamped into the bracket) proposes the next t. Other α use a safeguarded
+// Newton/bisection to 1e-7 relative. All solver arithmetic is in double; x stays float so every backend sees
+// the same inputs.
+//
+// `Values` is any callable `float(int i)`, so a CUDA kernel can run the solver over shared memory and the CPU
+// over a plain array without copies.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "dashattn/dtype.h"  // DASHATTN_HD
+
+namespace dashattn {
+
+enum class EntmaxSolver : uint8_t {
+  kExact,      // certified threshold (the library default)
+  kReference,  // exactly 3 Halley steps from [max−1, max] as the released reference code does; for A/B only
+};
+
+struct EntmaxThreshold {
+  double tau = 0;     // threshold on x = (α−1)·z
+  int support = 0;    // number of elements with x > tau
+  int iterations = 0; // passes over the values (diagnostics)
+};
+
+namespace detail {
+
+struct PassSums {
+  int k = 0;
+  double s1 = 0, s2 = 0, sp = 0, spm1 = 0;  // Σy, Σy², Σy^p, Σy^(p−1) over y = x − t > 0
+  double below = -INFINITY;                 // a = max{x ≤ t}
+  double above = INFINITY;                  // b = min{x > t}
+};
+
+template <typename Values>
+DASHATTN_HD PassSums pass(const Values& x, int n, double t, double p, bool general) {
+  PassSums s;
+  for (int i = 0; i < n; ++i) {
+    const double v = x(i);
+    const double y = v - t;
+    if (y > 0) {
+      ++s.k;
+      s.s1 += y;
+      s.s2 += y * y;
+      if (general) {
+        const double ypm1 = pow(y, p - 1.0);
+        s.spm1 += ypm1;
+        s.sp += ypm1 * y;
+      }
+      if (v < s.above) s.above = v;
+    } else if (v > s.below) {
+      s.below = v;
+    }
+  }
+  return s;
+}
+
+}  // namespace detail
+
+// Weight of one element given the threshold: [x − τ]_+^{1/(α−1)}, in float like every backend computes it.
+DASHATTN_HD float entmax_weight(float x, float tau, float alpha) {
+  const float y = x - tau;
+  if (!(y > 0.0f)) return 0.0f;
+  if (alpha == 1.5f) return y * y;
+  if (alpha == 2.0f) return y;
+  return powf(y, 1.0f / (alpha - 1.0f));
+}
+
+// Exact threshold of x (already multiplied by α−1) over n > 0 values.
+template <typename Values>
+DASHATTN_HD EntmaxThreshold entmax_threshold(const Values& x, int n, double alpha,
+                                             EntmaxSolver solver = EntmaxSolver::kExact) {
+  EntmaxThreshold r;
+  if (n <= 0) return r;
+  double m = x(0);
+  for (int i = 1; i < n; ++i) m = x(i) > m ? static_cast<double>(x(i)) : m;
+
+  const bool is15 = alpha == 1.5, is2 = alpha == 2.0;
+  const double p = 1.0 / (alpha - 1.0);
+  double lo = m - 1.0, hi = m;  // f(lo) >= 0 > f(hi)
+
+  if (solver == EntmaxSolver::kReference) {
+    // The released reference's approximation, kept for A/B comparisons: Halley from max − 0.5, bisecting when a
+    // step leaves the bracket, exactly three passes. Written for α = 1.5 (its only α); other α use Newton steps.
+    double t = m - 0.5;
+    for (int it = 0; it < 3; ++it) {
+      const detail::PassSums s = detail::pass(x, n, t, p, !is15);
+      const double f = is15 ? s.s2 - 1.0 : s.sp - 1.0;
+      const double fp = is15 ? -2.0 * s.s1 : -p * s.spm1;
+      const double fpp = is15 ? 2.0 * s.k : 0.0;
+      if (f > 0) lo = t; else hi = t;
+      const double denom = 2.0 * fp * fp - f * fpp;
+      double next = denom != 0.0 ? t - 2.0 * f * fp / denom : 0.5 * (lo + hi);
+      if (!(next >= lo - 1e-5 && next <= hi + 1e-5)) next = 0.5 * (lo + hi);
+      t = next;
+      r.iterations = it + 1;
+    }
+    r.tau = t;
+    int k = 0;
+    for (int i = 0; i < n; ++i) k += x(i) > t ? 1 : 0;
+    r.support = k;
+    return r;
+  }
+
+  double t = lo;  // start at the left end: the support there is a superset of the true one
+  for (int it = 0; it < 200; ++it) {
+    const detail::PassSums s = detail::pass(x, n, t, p, !(is15 || is2));
+    r.iterations = it + 1;
+    if (is15 || is2) {
+      // Closed-form root of the weight sum restricted to the current support, in δ = τ − t.
+      double delta;
+      bool ok = true;
+      if (is2) {
+        delta = (s.s1 - 1.0) / s.k;
+      } else {
+        const double disc = s.s1 * s.s1 - s.k * (s.s2 - 1.0);
+        if (disc < 0) {
+          ok = false;
+          delta = 0;
+        } else {
+          const double root = sqrt(disc);
+          // Smaller root of k·δ² − 2·S1·δ + (S2 − 1) = 0; the conjugate form avoids cancellation near S2 = 1.
+          delta = (s.s1 > 0) ? (s.s2 - 1.0) / (s.s1 + root) : (s.s1 - root) / s.k;
+        }
+      }
+      const double tq = t + delta;
+      if (ok && tq >= s.below && tq < s.above) {
+        r.tau = tq;
+        r.support = s.k;
+        return r;
+      }
+      const double f = is2 ? s.s1 - 1.0 : s.s2 - 1.0;
+      if (f > 0) lo = t; else hi = t;
+      // From the left the piecewise-polynomial sum is convex and decreasing, so the piece root never overshoots
+      // the true τ by much; clamp into the bracket and fall back to bisection if it does not move.
+      double next = ok ? tq : 0.5 * (lo + hi);
+      if (!(next > lo && next < hi)) next = 0.5 * (lo + hi);
+      if (next == t || hi - lo <= 1e-15 * (1.0 + fabs(hi))) {
+        t = next;
+        break;
+      }
+      t = next;
+    } else {
+      const double f = s.sp - 1.0;
+      if (fabs(f) <= 1e-12) break;  // t itself is the root to double precision
+      if (f > 0) lo = t; else hi = t;
+      if (hi - lo <= 1e-12 * fmax(1.0, fabs(t))) {
+        t = 0.5 * (lo + hi);
+        break;
+      }
+      // Safeguarded Newton: the weight sum is convex and decreasing, so a step that leaves the bracket bisects.
+      const double fp = -p * s.spm1;
+      double next = fp != 0.0 ? t - f / fp : 0.5 * (lo + hi);
+      if (!(next > lo && next < hi)) next = 0.5 * (lo + hi);
+      t = next;
+    }
+  }
+  r.tau = t;
+  int k = 0;
+  for (int i = 0; i < n; ++i) k += x(i) > t ? 1 : 0;
+  r.support = k;
+  return r;
+}
+
+// Convenience overload over a plain float array.
+struct ArrayValues {
+  const float* p;
+  DASHATTN_HD float operator()(int i) const { return p[i]; }
+};
+DASHATTN_HD EntmaxThreshold entmax_threshold(const float* x, int n, double alpha,
+                                             EntmaxSolver solver = EntmaxSolver::kExact) {
+  return entmax_threshold(ArrayValues{x}, n, alpha, solver);
+}
+DASHATTN_HD EntmaxThreshold entmax_threshold(float* x, int n, double alpha,
+                                             EntmaxSolver solver = EntmaxSolver::kExact) {
+  return entmax_threshold(ArrayValues{x}, n, alpha, solver);
+}
+
+}  // namespace dashattn
