@@ -1,0 +1,80 @@
+// Error statistics and the FlashAttention tolerance rule: a backend may be at most twice as far from float64 as
+// a straightforward computation in the same precision, plus a small absolute slack.
+#include <cmath>
+#include <cstdio>
+#include <stdexcept>
+
+#include "reference/reference.h"
+
+namespace dashattn::ref {
+
+void ErrorStats::add(double got, double want) {
+  ++count;
+  if (!std::isfinite(got) || !std::isfinite(want)) {
+    // Equal infinities (−inf lse of padding) agree; anything else non-finite is an error.
+    if (got == want) return;
+    ++nonfinite;
+    return;
+  }
+  const double e = std::fabs(got - want);
+  max_abs = std::max(max_abs, e);
+  sum_abs += e;
+}
+
+void ErrorStats::finish() { mean_abs = count > 0 ? sum_abs / double(count) : 0.0; }
+
+bool ToleranceCheck::pass() const {
+  return got.nonfinite == 0 && got.max_abs <= 2.0 * naive.max_abs + atol &&
+         got.mean_abs <= 2.0 * naive.mean_abs + atol;
+}
+
+std::string ToleranceCheck::describe() const {
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "max %.3g (naive %.3g) mean %.3g (naive %.3g) atol %.1g nonfinite %lld",
+                got.max_abs, naive.max_abs, got.mean_abs, naive.mean_abs, atol,
+                static_cast<long long>(got.nonfinite));
+  return buf;
+}
+
+ToleranceCheck check_tolerance(const std::vector<double>& got, const std::vector<double>& want,
+                               const std::vector<double>& naive, double atol) {
+  if (got.size() != want.size() || naive.size() != want.size())
+    throw std::invalid_argument("check_tolerance: sizes differ");
+  ToleranceCheck c;
+  c.atol = atol;
+  for (size_t i = 0; i < want.size(); ++i) {
+    c.got.add(got[i], want[i]);
+    c.naive.add(naive[i], want[i]);
+  }
+  c.got.finish();
+  c.naive.finish();
+  return c;
+}
+
+double default_atol(DType out_dtype) {
+  // fp32 outputs: reordered fp32 sums over ~1e3 keys drift by ~1e-6 and a SIMD exp adds a few ulp per term,
+  // while the naive fp32 error can be far smaller by luck. 16-bit outputs are dominated by the naive error.
+  (void)out_dtype;
+  return 1e-5;
+}
+
+double ulp_distance(double a, double b, DType dtype) {
+  if (a == b) return 0.0;
+  const double mag = std::max(std::fabs(a), std::fabs(b));
+  int mantissa_bits = 23;  // explicit fraction bits
+  int min_exp = -126;      // exponent of the smallest normal
+  if (dtype == DType::kBF16) mantissa_bits = 7;
+  if (dtype == DType::kF16) {
+    mantissa_bits = 10;
+    min_exp = -14;
+  }
+  if (dtype == DType::kF64) {
+    mantissa_bits = 52;
+    min_exp = -1022;
+  }
+  const int exp = std::max(static_cast<int>(std::floor(std::log2(mag))), min_exp);
+  const double spacing = std::ldexp(1.0, exp - mantissa_bits);
+  return std::fabs(a - b) / spacing;
+}
+
+}  // namespace dashattn::ref

@@ -1,0 +1,165 @@
+// Stage 0, Stage 1 and the prior bias of the float64 reference, one formula of semantics.md per loop.
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+#include "reference/reference.h"
+
+namespace dashattn::ref {
+
+Method Method::from(const MethodParams& p) {
+  Method m;
+  m.chunk = p.chunk_size;
+  m.alpha = p.alpha;
+  m.gamma = p.gamma;
+  m.sigma = p.sigma;
+  m.scale = p.scale;
+  m.prior = p.prior;
+  return m;
+}
+
+double Method::resolved_scale(int64_t d) const { return scale != 0.0 ? scale : 1.0 / std::sqrt(double(d)); }
+
+Sequence make_sequence(int64_t n_q, int64_t n_k, int64_t h_q, int64_t h_kv, int64_t d, const float* q,
+                       const float* k, const float* v, const float* summary_query, DType key_dtype) {
+  Sequence s;
+  s.n_q = n_q;
+  s.n_k = n_k;
+  s.h_q = h_q;
+  s.h_kv = h_kv;
+  s.d = d;
+  s.key_dtype = key_dtype;
+  s.q.assign(q, q + n_q * h_q * d);
+  s.k.assign(k, k + n_k * h_kv * d);
+  s.v.assign(v, v + n_k * h_kv * d);
+  if (summary_query) s.summary_query.assign(summary_query, summary_query + h_kv * d);
+  else s.summary_query.assign(h_kv * d, 0.0);
+  return s;
+}
+
+static double dot(const double* a, const double* b, int64_t d) {
+  double acc = 0.0;
+  for (int64_t e = 0; e < d; ++e) acc += a[e] * b[e];
+  return acc;
+}
+
+std::vector<double> summarize(const Sequence& s, const Method& m) {
+  const int64_t C = m.chunk, num_complete = s.n_k / C, d = s.d;
+  const double inv_sqrt_d = 1.0 / std::sqrt(double(d));
+  std::vector<double> out(num_complete * s.h_kv * d, 0.0);
+  for (int64_t c = 0; c < num_complete; ++c) {
+    for (int64_t r = 0; r < s.h_kv; ++r) {
+      // softmax_t(⟨q̄_r, k_t⟩ / sqrt(d)) over the chunk's keys, which are also the values.
+      std::vector<double> logit(C);
+      double max_logit = -std::numeric_limits<double>::infinity();
+      for (int64_t t = 0; t < C; ++t) {
+        logit[t] = dot(&s.summary_query[r * d], s.k_row(c * C + t, r), d) * inv_sqrt_d;
+        max_logit = std::max(max_logit, logit[t]);
+      }
+      double norm = 0.0;
+      for (int64_t t = 0; t < C; ++t) norm += std::exp(logit[t] - max_logit);
+      double* kbar = &out[(c * s.h_kv + r) * d];
+      for (int64_t t = 0; t < C; ++t) {
+        const double p = std::exp(logit[t] - max_logit) / norm;
+        const double* key = s.k_row(c * C + t, r);
+        for (int64_t e = 0; e < d; ++e) kbar[e] += p * key[e];
+      }
+      // Stored in the key dtype, as the model saw them in training.
+      for (int64_t e = 0; e < d; ++e) kbar[e] = round_to_dtype(static_cast<float>(kbar[e]), s.key_dtype);
+    }
+  }
+  return out;
+}
+
+bool Routing::group_tie(int64_t i, int64_t r, int64_t c) const {
+  const int64_t g = h_q / h_kv;
+  for (const Tie& t : ties)
+    if (t.query == i && t.chunk == c && t.head / g == r) return true;
+  return false;
+}
+
+Routing route(const Sequence& s, const std::vector<double>& summaries, const Method& m, int64_t mask_words) {
+  if (!(m.alpha > 1.0)) throw std::invalid_argument("alpha must be > 1");
+  const int64_t C = m.chunk, d = s.d, g = s.group();
+  Routing rt;
+  rt.n_q = s.n_q;
+  rt.h_q = s.h_q;
+  rt.h_kv = s.h_kv;
+  rt.num_complete = s.n_k / C;
+  const int64_t total_chunks = (s.n_k + C - 1) / C;
+  rt.words = mask_words > 0 ? mask_words : (total_chunks + 31) / 32;
+  if (rt.words * 32 < total_chunks) throw std::invalid_argument("mask_words too small for the sequence");
+  if (static_cast<int64_t>(summaries.size()) < rt.num_complete * s.h_kv * d)
+    throw std::invalid_argument("fewer summaries than complete chunks");
+
+  const int64_t nc = rt.num_complete;
+  rt.diagonal.resize(s.n_q);
+  rt.x.assign(s.n_q * s.h_q * nc, 0.0);
+  rt.tau.assign(s.n_q * s.h_q, std::numeric_limits<double>::quiet_NaN());
+  rt.weight.assign(s.n_q * s.h_kv * nc, 0.0);
+  rt.mu.assign(s.n_q * s.h_kv, 0.0);
+  rt.mask.assign(s.h_kv * s.n_q * rt.words, 0u);
+  rt.active.assign(s.h_kv * s.n_q, 0);
+
+  const double inv_sqrt_d = 1.0 / std::sqrt(double(d));
+  for (int64_t i = 0; i < s.n_q; ++i) {
+    const int64_t p = s.n_k - s.n_q + i;  // bottom-right causal position
+    const int64_t ci = p / C;             // diagonal chunk; routable chunks are [0, ci)
+    rt.diagonal[i] = ci;
+    for (int64_t h = 0; h < s.h_q; ++h) {
+      if (ci == 0) break;
+      const int64_t r = h / g;
+      std::vector<double> x(ci);
+      for (int64_t c = 0; c < ci; ++c) {
+        const double z = m.gamma * dot(s.q_row(i, h), &summaries[(c * s.h_kv + r) * d], d) * inv_sqrt_d;
+        x[c] = (m.alpha - 1.0) * z;
+        rt.x[(i * s.h_q + h) * nc + c] = x[c];
+      }
+      const double tau = entmax_threshold_sorted(x, m.alpha);
+      rt.tau[i * s.h_q + h] = tau;
+      const std::vector<double> w_head = entmax_weights(x, tau, m.alpha);
+      for (int64_t c = 0; c < ci; ++c) {
+        rt.weight[(i * s.h_kv + r) * nc + c] += w_head[c] / double(g);
+        if (is_entmax_tie(x[c], tau)) rt.ties.push_back(Tie{i, h, c, std::fabs(x[c] - tau)});
+      }
+    }
+    for (int64_t r = 0; r < s.h_kv; ++r) {
+      uint32_t* row = &rt.mask[(r * s.n_q + i) * rt.words];
+      int64_t routed = 0;
+      double sum_log_w = 0.0;
+      for (int64_t c = 0; c < ci; ++c) {
+        const double w = rt.w(i, r, c);
+        if (w > 0.0) {
+          row[c / 32] |= 1u << (c % 32);
+          ++routed;
+          sum_log_w += std::log(w);
+        }
+      }
+      row[ci / 32] |= 1u << (ci % 32);
+      rt.mu[i * s.h_kv + r] = routed > 0 ? sum_log_w / double(routed) : 0.0;
+      rt.active[r * s.n_q + i] = static_cast<int32_t>(routed + 1);
+    }
+  }
+  return rt;
+}
+
+double prior_bias_of(const Routing& rt, const Method& m, int64_t i, int64_t r, int64_t c) {
+  if (c == rt.diagonal[i]) return 0.0;  // the diagonal branch D_i carries no bias
+  const double log_w = std::log(rt.w(i, r, c));
+  switch (m.prior) {
+    case PriorMode::kEstimateDiagonal: return (log_w - rt.mu[i * rt.h_kv + r]) / m.sigma;
+    case PriorMode::kRaw: return log_w;
+    case PriorMode::kNone: return 0.0;
+  }
+  return 0.0;
+}
+
+Result forward(const Sequence& s, const Method& m, int64_t mask_words) {
+  Result res;
+  res.summaries = summarize(s, m);
+  res.routing = route(s, res.summaries, m, mask_words);
+  res.attention = attend(s, res.routing, m);
+  return res;
+}
+
+}  // namespace dashattn::ref
