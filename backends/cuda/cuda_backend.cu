@@ -1,0 +1,209 @@
+// The CUDA backend's front end: availability probe, the support check shared by every entry point, device memory
+// for the convenience API, and the stage entry points that hand normalized params to the launchers.
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <string>
+
+#include "cuda_internal.cuh"
+#include "dashattn/backend.h"
+#include "dashattn/error.h"
+#include "dashattn/validate.h"
+
+namespace dashattn {
+namespace cuda {
+
+namespace {
+
+constexpr int kInstantiatedHeadDims[] = {DASHATTN_CUDA_HEAD_DIM_ARRAY};
+constexpr int kMaxGroup = 128;  // Stage 1 keeps all query heads of one KV head in one block
+
+bool chunk_supported(int c) { return c == 16 || c == 32 || c == 64 || c == 128; }
+
+// Makes `index` the current device for the scope and restores the previous one afterwards.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int index) {
+    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
+    if (previous_ != index) {
+      DASHATTN_CUDA_CHECK(cudaSetDevice(index));
+      switched_ = true;
+    }
+  }
+  ~DeviceGuard() {
+    if (switched_ && previous_ >= 0) cudaSetDevice(previous_);
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = -1;
+  bool switched_ = false;
+};
+
+cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
+
+std::string check_tensor(const char* name, const TensorView& t) {
+  if (!t.defined()) return {};
+  if (t.device.type != DeviceType::kCuda) {
+    return std::string(name) + " must be CUDA device memory (device type cuda), got " +
+           device_type_name(t.device.type);
+  }
+  return {};
+}
+
+class CudaBackend final : public Backend {
+ public:
+  const char* name() const override { return "cuda"; }
+  DeviceType device_type() const override { return DeviceType::kCuda; }
+  int priority() const override { return 10; }
+
+  Probe probe() const override {
+    Probe p;
+    int count = 0;
+    const cudaError_t err = cudaGetDeviceCount(&count);
+    if (err != cudaSuccess) {
+      cudaGetLastError();  // clear the sticky-free error so later calls start clean
+      p.reason = std::string("no CUDA device: ") + cudaGetErrorString(err);
+      return p;
+    }
+    if (count == 0) {
+      p.reason = "no CUDA device: cudaGetDeviceCount found none";
+      return p;
+    }
+    int dev = 0;
+    cudaDeviceProp prop{};
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&prop, dev) != cudaSuccess) {
+      cudaGetLastError();
+      p.reason = "no CUDA device: cannot read the properties of device " + std::to_string(dev);
+      return p;
+    }
+    if (prop.major < 8) {
+      p.reason = std::string("no supported CUDA device: ") + prop.name + " has compute capability " +
+                 std::to_string(prop.major) + "." + std::to_string(prop.minor) + ", the CUDA backend needs 8.0+";
+      return p;
+    }
+    p.available = true;
+    p.reason = std::string(prop.name) + " (sm_" + std::to_string(prop.major) + std::to_string(prop.minor) + ", " +
+               std::to_string(prop.multiProcessorCount) + " SMs, " +
+               std::to_string(prop.totalGlobalMem >> 20) + " MiB), " + std::to_string(count) + " device(s)";
+    return p;
+  }
+
+  std::string unsupported_reason(const ForwardParams& p) const override {
+    const TensorView* tensors[] = {&p.q, &p.k, &p.v, &p.o, &p.lse, &p.summary_query, &p.summaries,
+                                   &p.routing.mask, &p.routing.tau, &p.routing.mu, &p.routing.active_chunks};
+    const char* names[] = {"q", "k", "v", "o", "lse", "summary_query", "summaries",
+                           "routing.mask", "routing.tau", "routing.mu", "routing.active_chunks"};
+    for (size_t i = 0; i < sizeof(tensors) / sizeof(tensors[0]); ++i) {
+      std::string r = check_tensor(names[i], *tensors[i]);
+      if (!r.empty()) return r;
+    }
+    if (p.q.dtype != DType::kBF16 && p.q.dtype != DType::kF16) {
+      return std::string("q, k and v must be bf16 or f16 on the CUDA backend (f32 inputs are not supported: cast "
+                         "them to bf16 or f16), got ") + dtype_name(p.q.dtype);
+    }
+    if (p.k.defined() && p.k.dtype != p.q.dtype) {
+      return std::string("k (or the summaries) must have the dtype of q (") + dtype_name(p.q.dtype) + "), got " +
+             dtype_name(p.k.dtype);
+    }
+    const int64_t d = p.q.rank > 0 ? p.q.shape[p.q.rank - 1] : 0;
+    if (!head_dim_instantiated(d)) {
+      return "head dim " + std::to_string(d) + " is not compiled into the CUDA backend (instantiated: " +
+             instantiated_head_dims() + "; see DASHATTN_HEAD_DIMS)";
+    }
+    if (!chunk_supported(p.method.chunk_size)) {
+      return "chunk size " + std::to_string(p.method.chunk_size) +
+             " is not supported by the CUDA backend (16, 32, 64 or 128)";
+    }
+    if (p.q.rank >= 3 && p.k.defined() && p.k.rank >= 3) {
+      const int64_t h_q = p.q.shape[p.q.rank - 2], h_kv = p.k.shape[p.k.rank - 2];
+      if (h_kv > 0 && h_q / h_kv > kMaxGroup) {
+        return "GQA group size " + std::to_string(h_q / h_kv) + " exceeds the CUDA backend's limit of " +
+               std::to_string(kMaxGroup) + " query heads per KV head";
+      }
+    }
+    return {};
+  }
+
+  void summarize(const SummarizeParams& p) override {
+    DeviceGuard guard(p.k.device.index);
+    launch_summarize(p, as_stream(p.stream));
+  }
+
+  void route(const RouteParams& p) override {
+    DeviceGuard guard(p.q.device.index);
+    launch_route(p, route_shape(p), as_stream(p.stream));
+  }
+
+  void attend(const AttendParams& p) override {
+    DeviceGuard guard(p.q.device.index);
+    launch_attend(p, attend_shape(p), as_stream(p.stream));
+  }
+
+  void dense_attention(const DenseParams& p) override {
+    DeviceGuard guard(p.q.device.index);
+    ForwardParams f;
+    f.q = p.q;
+    f.k = p.k;
+    f.v = p.v;
+    f.batch = p.batch;
+    f.method.scale = p.scale;
+    launch_dense(p, forward_shape(f), as_stream(p.stream));
+  }
+
+  void* allocate(size_t bytes) override {
+    if (bytes == 0) return nullptr;
+    void* ptr = nullptr;
+    const cudaError_t err = cudaMalloc(&ptr, bytes);
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      if (err == cudaErrorMemoryAllocation) {
+        throw Error(ErrorCode::kOutOfMemory, "bytes",
+                    "out of CUDA device memory allocating " + std::to_string(bytes) + " bytes");
+      }
+      throw_cuda_error(err, "cudaMalloc", __FILE__, __LINE__);
+    }
+    return ptr;
+  }
+
+  void deallocate(void* ptr) noexcept override {
+    if (ptr) cudaFree(ptr);
+  }
+
+  void copy(void* dst, const void* src, size_t bytes, CopyKind kind, void* stream) override {
+    if (bytes == 0) return;
+    cudaMemcpyKind k = cudaMemcpyDeviceToDevice;
+    if (kind == CopyKind::kHostToDevice) k = cudaMemcpyHostToDevice;
+    if (kind == CopyKind::kDeviceToHost) k = cudaMemcpyDeviceToHost;
+    DASHATTN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, k, as_stream(stream)));
+  }
+
+  void memset_zero(void* dst, size_t bytes, void* stream) override {
+    if (bytes == 0) return;
+    DASHATTN_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, as_stream(stream)));
+  }
+
+  void synchronize(void* stream) override { DASHATTN_CUDA_CHECK(cudaStreamSynchronize(as_stream(stream))); }
+};
+
+}  // namespace
+
+bool head_dim_instantiated(int64_t d) {
+  for (int h : kInstantiatedHeadDims) {
+    if (h == d) return true;
+  }
+  return false;
+}
+
+std::string instantiated_head_dims() {
+  std::string s;
+  for (int h : kInstantiatedHeadDims) s += (s.empty() ? "" : ", ") + std::to_string(h);
+  return s;
+}
+
+}  // namespace cuda
+
+void register_cuda_backend(Registry& registry) { registry.add(std::make_unique<cuda::CudaBackend>()); }
+
+}  // namespace dashattn

@@ -1,0 +1,122 @@
+// Stage 0 on the GPU: one block per (chunk, KV head, sequence) computes
+//   k̄_c = Σ_t softmax_t(⟨q̄_r, k_t⟩ / sqrt(d)) · k_t
+// in fp32 and stores it rounded to the key dtype. The reduction order is fixed (butterfly shuffles for the dot
+// products, a sequential sum over the chunk's keys), and a chunk's summary reads nothing but that chunk's keys,
+// so a summary computed during decoding is bitwise identical to the prefill summary of the same chunk.
+#include <cmath>
+
+#include "cuda_internal.cuh"
+
+namespace dashattn {
+namespace cuda {
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kWarps = kThreads / 32;
+constexpr int kMaxChunk = 128;
+
+struct SummarizeArgs {
+  DeviceTensor k;          // [b, n, h_kv, d]
+  DeviceTensor summaries;  // [b, max_chunks, h_kv, d]
+  const void* summary_query;  // [h_kv, d] rows with stride sq_row_stride, or nullptr (zeros)
+  int64_t sq_row_stride;
+  bool sq_is_f32;
+  DeviceBatch batch;
+  int64_t first_chunk;
+  int chunk;
+  int d;
+  float inv_sqrt_d;
+};
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) summarize_kernel(SummarizeArgs a) {
+  const int64_t c = a.first_chunk + blockIdx.x;
+  const int r = blockIdx.y;
+  const int64_t s = blockIdx.z;
+  const SequenceSpan sp = device_sequence_span(a.batch, s);
+  if (c >= num_complete_chunks(sp.n_k, a.chunk)) return;
+
+  __shared__ float logits[kMaxChunk];
+  __shared__ float weights[kMaxChunk];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t key0 = sp.k_begin + c * a.chunk;
+
+  // Logits: one warp per key, lanes over the head dim, butterfly reduction (fixed order).
+  for (int t = warp; t < a.chunk; t += kWarps) {
+    float dot = 0.0f;
+    if (a.summary_query != nullptr) {
+      const T* krow = a.k.ptr<T>(sp.batch_index, key0 + t, r, 0);
+      for (int e = lane; e < a.d; e += 32) {
+        const float qv = a.sq_is_f32
+                             ? static_cast<const float*>(a.summary_query)[r * a.sq_row_stride + e]
+                             : to_float(static_cast<const T*>(a.summary_query)[r * a.sq_row_stride + e]);
+        dot = fmaf(qv, to_float(krow[e]), dot);
+      }
+      for (int off = 16; off > 0; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
+    }
+    if (lane == 0) logits[t] = dot * a.inv_sqrt_d;
+  }
+  __syncthreads();
+
+  if (threadIdx.x == 0) {
+    float m = logits[0];
+    for (int t = 1; t < a.chunk; ++t) m = fmaxf(m, logits[t]);
+    float sum = 0.0f;
+    for (int t = 0; t < a.chunk; ++t) {
+      const float e = expf(logits[t] - m);
+      weights[t] = e;
+      sum += e;
+    }
+    const float inv = 1.0f / sum;
+    for (int t = 0; t < a.chunk; ++t) weights[t] *= inv;
+  }
+  __syncthreads();
+
+  // Weighted sum of the keys: one thread per output element, keys in order.
+  for (int e = threadIdx.x; e < a.d; e += kThreads) {
+    float acc = 0.0f;
+    for (int t = 0; t < a.chunk; ++t) acc = fmaf(weights[t], to_float(*a.k.ptr<T>(sp.batch_index, key0 + t, r, e)), acc);
+    *a.summaries.ptr<T>(s, c, r, e) = from_float<T>(acc);
+  }
+}
+
+}  // namespace
+
+void launch_summarize(const SummarizeParams& p, cudaStream_t stream) {
+  const bool varlen = p.batch.is_varlen();
+  const int64_t batch = varlen ? p.batch.num_seqs : p.k.shape[0];
+  const int64_t padded_n_k = varlen ? p.batch.max_seqlen_k : p.k.shape[1];
+  const int64_t h_kv = p.k.shape[2];
+  const int64_t d = p.k.shape[3];
+  const int64_t max_chunks = num_complete_chunks(padded_n_k, p.method.chunk_size);
+  const int64_t todo = max_chunks - p.first_chunk;
+  if (todo <= 0 || batch == 0) return;
+  if (p.method.chunk_size > kMaxChunk) {
+    throw Unsupported("cuda", "chunk_size", "chunk sizes above " + std::to_string(kMaxChunk));
+  }
+  if (h_kv > kMaxGridYZ || batch > kMaxGridYZ) {
+    throw Unsupported("cuda", "k", "more than 65535 KV heads or sequences in one call");
+  }
+  SummarizeArgs a{};
+  a.k = device_tensor(p.k);
+  a.summaries = device_tensor(p.summaries);
+  a.summary_query = p.summary_query.defined() ? p.summary_query.data : nullptr;
+  a.sq_row_stride = p.summary_query.defined() ? p.summary_query.stride[0] : 0;
+  a.sq_is_f32 = p.summary_query.defined() && p.summary_query.dtype == DType::kF32;
+  a.batch = device_batch(p.batch, 0, padded_n_k);
+  a.first_chunk = p.first_chunk;
+  a.chunk = p.method.chunk_size;
+  a.d = static_cast<int>(d);
+  a.inv_sqrt_d = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
+
+  const dim3 grid(static_cast<unsigned>(todo), static_cast<unsigned>(h_kv), static_cast<unsigned>(batch));
+  switch (p.k.dtype) {
+    case DType::kBF16: summarize_kernel<__nv_bfloat16><<<grid, kThreads, 0, stream>>>(a); break;
+    case DType::kF16: summarize_kernel<__half><<<grid, kThreads, 0, stream>>>(a); break;
+    default: throw Unsupported("cuda", "k.dtype", std::string("Stage 0 on ") + dtype_name(p.k.dtype));
+  }
+  DASHATTN_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace cuda
+}  // namespace dashattn
