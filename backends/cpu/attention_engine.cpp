@@ -1,0 +1,256 @@
+#include "backends/cpu/attention_engine.h"
+
+#include <tbb/enumerable_thread_specific.h>
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "backends/cpu/simd_kernels.h"
+#include "dashattn/geometry.h"
+#include "dashattn/prior.h"
+
+namespace dashattn {
+namespace cpu {
+namespace {
+
+// Rows (query × group head) a tile aims for: enough that a dense tile reuses each K/V block many times, small
+// enough that the tile's accumulators (rows × d floats) stay in L2.
+constexpr int64_t kTileRowsTarget = 256;
+
+int64_t queries_per_tile(int64_t group) { return std::clamp<int64_t>(kTileRowsTarget / group, 1, 64); }
+
+struct TileScratch {
+  Scratch<float> q, o, s, row_max, row_sum;
+  Scratch<float> gathered_max, gathered_sum, gathered_rescale, gathered_bias;
+  Scratch<int> gathered_valid, gathered_row;
+  Scratch<const float*> a_rows, p_rows;
+  Scratch<float*> o_rows;
+  Scratch<int64_t> list_chunk;
+  Scratch<float> list_bias;
+  Scratch<float> summary_rows, summary_t, scores, taus;
+};
+
+struct TileQuery {
+  int64_t row = 0;   // row in q / o / per-row outputs
+  int64_t pos = 0;   // absolute key position
+  int64_t diag = 0;  // diagonal chunk
+  int64_t len = 0, cursor = 0;
+};
+
+struct Item {
+  int64_t seq, kv_head, first_query;
+};
+
+class TileRunner {
+ public:
+  TileRunner(const AttentionJob& job, const std::vector<SequenceSpan>& spans)
+      : job_(job), spans_(spans), kv_(*job.kv), tile_(queries_per_tile(job.group)),
+        sparse_(job.mask.defined()), biased_(sparse_ && job.prior != PriorMode::kNone),
+        score_(make_routing_score(job.method, job.d)), inv_sigma_(1.0f / job.method.sigma) {}
+
+  int64_t tile() const { return tile_; }
+
+  void run(const Item& item, TileScratch& ws) const {
+    const SequenceSpan& sp = spans_[item.seq];
+    const int64_t r = item.kv_head, g = job_.group, d = job_.d, C = job_.chunk;
+    const int64_t dp = kv_.d_pad(), cp = kv_.chunk_pad();
+    const int64_t nq = std::min(tile_, sp.n_q - item.first_query);
+    const int64_t rows = nq * g;
+    const int64_t list_cap = sp.n_k / C + 1;
+
+    float* q = ws.q.reserve(rows * dp);
+    float* o = ws.o.reserve(rows * dp);
+    float* row_max = ws.row_max.reserve(rows);
+    float* row_sum = ws.row_sum.reserve(rows);
+    int64_t* list_chunk = ws.list_chunk.reserve(nq * list_cap);
+    float* list_bias = ws.list_bias.reserve(nq * list_cap);
+    TileQuery queries[64];
+
+    for (int64_t qi = 0; qi < nq; ++qi) {
+      TileQuery& tq = queries[qi];
+      const int64_t i = item.first_query + qi;
+      tq.row = sp.q_begin + i;
+      tq.pos = query_position(i, sp.n_q, sp.n_k);
+      tq.diag = diagonal_chunk(tq.pos, C);
+      for (int64_t h = 0; h < g; ++h) {
+        load_row(element(job_.q, sp.batch_index, tq.row, r * g + h), job_.q.dtype, d, q + (qi * g + h) * dp);
+      }
+      int64_t* chunks = list_chunk + qi * list_cap;
+      float* bias = list_bias + qi * list_cap;
+      int64_t len = 0;
+      if (!sparse_) {
+        for (int64_t c = 0; c < tq.diag; ++c) chunks[len++] = c;
+      } else {
+        // The mask bit is ground truth for membership; only chunks before the diagonal can be routed.
+        const uint32_t* mrow = static_cast<const uint32_t*>(element(job_.mask, sp.batch_index, r, tq.row));
+        for (int64_t w = 0; w * 32 < tq.diag; ++w) {
+          uint32_t bits = mrow[w];
+          if (tq.diag - w * 32 < 32) bits &= (1u << (tq.diag - w * 32)) - 1u;
+          while (bits) {
+            chunks[len++] = w * 32 + __builtin_ctz(bits);
+            bits &= bits - 1;
+          }
+        }
+      }
+      if (biased_ && len > 0) {
+        route_bias(item.seq, sp, r, tq.row, q + qi * g * dp, chunks, len, bias, ws);
+      } else {
+        std::fill(bias, bias + len, 0.0f);
+      }
+      chunks[len] = tq.diag;
+      bias[len] = 0.0f;
+      tq.len = len + 1;
+      tq.cursor = 0;
+      for (int64_t h = 0; h < g; ++h) {
+        float* qrow = q + (qi * g + h) * dp;
+        scale_row(qrow, d, job_.scale, qrow);
+      }
+    }
+
+    std::fill(o, o + rows * dp, 0.0f);
+    std::fill(row_max, row_max + rows, -std::numeric_limits<float>::infinity());
+    std::fill(row_sum, row_sum + rows, 0.0f);
+    float* s = ws.s.reserve(rows * cp);
+    const float** a_rows = ws.a_rows.reserve(rows);
+    const float** p_rows = ws.p_rows.reserve(rows);
+    float** o_rows = ws.o_rows.reserve(rows);
+    float* g_max = ws.gathered_max.reserve(rows);
+    float* g_sum = ws.gathered_sum.reserve(rows);
+    float* g_rescale = ws.gathered_rescale.reserve(rows);
+    float* g_bias = ws.gathered_bias.reserve(rows);
+    int* g_valid = ws.gathered_valid.reserve(rows);
+    int* g_row = ws.gathered_row.reserve(rows);
+
+    for (;;) {
+      int64_t chunk = std::numeric_limits<int64_t>::max();
+      for (int64_t qi = 0; qi < nq; ++qi) {
+        const TileQuery& tq = queries[qi];
+        if (tq.cursor < tq.len) chunk = std::min(chunk, list_chunk[qi * list_cap + tq.cursor]);
+      }
+      if (chunk == std::numeric_limits<int64_t>::max()) break;
+      int m = 0, keys = 0;
+      for (int64_t qi = 0; qi < nq; ++qi) {
+        TileQuery& tq = queries[qi];
+        if (tq.cursor >= tq.len || list_chunk[qi * list_cap + tq.cursor] != chunk) continue;
+        const int valid = static_cast<int>(chunk == tq.diag ? tq.pos - chunk * C + 1 : C);
+        const float bias = list_bias[qi * list_cap + tq.cursor];
+        ++tq.cursor;
+        keys = std::max(keys, valid);
+        for (int64_t h = 0; h < g; ++h, ++m) {
+          const int64_t rr = qi * g + h;
+          a_rows[m] = q + rr * dp;
+          o_rows[m] = o + rr * dp;
+          p_rows[m] = s + m * cp;
+          g_valid[m] = valid;
+          g_bias[m] = bias;
+          g_max[m] = row_max[rr];
+          g_sum[m] = row_sum[rr];
+          g_row[m] = static_cast<int>(rr);
+        }
+      }
+      matmul_bt(a_rows, m, static_cast<int>(d), kv_.kt_block(item.seq, r, chunk), cp, static_cast<int>(cp), s, cp);
+      softmax_step(s, cp, m, static_cast<int>(cp), biased_ ? g_bias : nullptr, g_valid, g_max, g_sum, g_rescale);
+      accumulate_pv(o_rows, g_rescale, p_rows, m, kv_.v_block(item.seq, r, chunk), dp, keys, static_cast<int>(dp));
+      for (int k = 0; k < m; ++k) {
+        row_max[g_row[k]] = g_max[k];
+        row_sum[g_row[k]] = g_sum[k];
+      }
+    }
+
+    for (int64_t qi = 0; qi < nq; ++qi) {
+      const TileQuery& tq = queries[qi];
+      for (int64_t h = 0; h < g; ++h) {
+        const int64_t rr = qi * g + h;
+        store_row(o + rr * dp, d, 1.0f / row_sum[rr], job_.o.dtype,
+                  mutable_element(job_.o, sp.batch_index, tq.row, r * g + h));
+        if (job_.lse.defined()) {
+          *static_cast<float*>(mutable_element(job_.lse, sp.batch_index, r * g + h, tq.row)) =
+              row_max[rr] + std::log(row_sum[rr]);
+        }
+      }
+    }
+  }
+
+ private:
+  // Bias of each routed chunk of one query: rebuild the group weight from the stored τ and a fresh matmul_bt
+  // score against the chunk's summary (the same kernel and the same inputs Stage 1 thresholded).
+  void route_bias(int64_t seq, const SequenceSpan& sp, int64_t r, int64_t row, const float* q_rows,
+                  const int64_t* chunks, int64_t len, float* bias, TileScratch& ws) const {
+    const int64_t g = job_.group, d = job_.d, dp = kv_.d_pad();
+    const int64_t cols = pad_floats(len);
+    float* srows = ws.summary_rows.reserve(len * dp);
+    float* st = ws.summary_t.reserve(d * cols);
+    float* scores = ws.scores.reserve(g * cols);
+    float* taus = ws.taus.reserve(g);
+    const float** a_rows = ws.a_rows.reserve(std::max<int64_t>(g, 1));
+    for (int64_t k = 0; k < len; ++k) {
+      load_row(element(job_.summaries, seq, chunks[k], r), job_.summaries.dtype, d, srows + k * dp);
+    }
+    for (int64_t t = 0; t < d; ++t) {
+      float* dst = st + t * cols;
+      for (int64_t k = 0; k < len; ++k) dst[k] = srows[k * dp + t];
+      std::fill(dst + len, dst + cols, 0.0f);
+    }
+    for (int64_t h = 0; h < g; ++h) a_rows[h] = q_rows + h * dp;
+    matmul_bt(a_rows, static_cast<int>(g), static_cast<int>(d), st, cols, static_cast<int>(cols), scores, cols);
+    for (int64_t h = 0; h < g; ++h) {
+      taus[h] = *static_cast<const float*>(element(job_.tau, sp.batch_index, r * g + h, row));
+    }
+    const float mu = *static_cast<const float*>(element(job_.mu, sp.batch_index, r, row));
+    const float alpha = job_.method.alpha;
+    for (int64_t k = 0; k < len; ++k) {
+      float w = group_weight([&](int h) { return score_(scores[h * cols + k]); }, [&](int h) { return taus[h]; },
+                             static_cast<int>(g), alpha);
+      // A set bit whose weight rebuilds as 0 (a mask made elsewhere) still attends; keep its bias finite.
+      if (!(w > 0.0f)) w = FLT_MIN;
+      bias[k] = prior_bias(job_.prior, std::log(w), mu, inv_sigma_);
+    }
+  }
+
+  const AttentionJob& job_;
+  const std::vector<SequenceSpan>& spans_;
+  const PackedKv& kv_;
+  int64_t tile_;
+  bool sparse_, biased_;
+  RoutingScore score_;
+  float inv_sigma_;
+};
+
+void write_padding_rows(const AttentionJob& job, const std::vector<SequenceSpan>& spans) {
+  if (job.seqs.batch.is_varlen()) return;  // packed rows all belong to a sequence
+  std::vector<float> zeros(static_cast<size_t>(job.d), 0.0f);
+  for (int64_t s = 0; s < job.seqs.count; ++s) {
+    for (int64_t i = spans[s].n_q; i < job.seqs.padded_n_q; ++i) {
+      for (int64_t h = 0; h < job.h_q; ++h) {
+        store_row(zeros.data(), job.d, 1.0f, job.o.dtype, mutable_element(job.o, s, i, h));
+        if (job.lse.defined()) {
+          *static_cast<float*>(mutable_element(job.lse, s, h, i)) = -std::numeric_limits<float>::infinity();
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void run_attention(const AttentionJob& job) {
+  std::vector<SequenceSpan> spans(static_cast<size_t>(job.seqs.count));
+  for (int64_t s = 0; s < job.seqs.count; ++s) spans[s] = job.seqs.span(s);
+  TileRunner runner(job, spans);
+
+  // KV head outermost so that TBB's range halving hands each thread long runs over one head's K/V.
+  std::vector<Item> items;
+  for (int64_t r = 0; r < job.h_kv; ++r)
+    for (int64_t s = 0; s < job.seqs.count; ++s)
+      for (int64_t i = 0; i < spans[s].n_q; i += runner.tile()) items.push_back({s, r, i});
+
+  tbb::enumerable_thread_specific<TileScratch> scratch;
+  parallel_items(static_cast<int64_t>(items.size()), [&](int64_t k) { runner.run(items[k], scratch.local()); });
+  write_padding_rows(job, spans);
+}
+
+}  // namespace cpu
+}  // namespace dashattn

@@ -1,0 +1,289 @@
+// Per-target bodies of the SIMD kernels declared in simd_kernels.h. Included once per instruction set by
+// simd_kernels.cc through hwy/foreach_target.h, hence the toggling include guard instead of #pragma once.
+#if defined(DASHATTN_CPU_SIMD_KERNELS_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef DASHATTN_CPU_SIMD_KERNELS_INL_H_
+#undef DASHATTN_CPU_SIMD_KERNELS_INL_H_
+#else
+#define DASHATTN_CPU_SIMD_KERNELS_INL_H_
+#endif
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "dashattn/dtype.h"
+#include "hwy/contrib/math/math-inl.h"
+#include "hwy/highway.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace dashattn {
+namespace cpu {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using FloatTag = hn::ScalableTag<float>;
+using FloatVec = hn::Vec<FloatTag>;
+
+// Register blocking of the two matrix kernels: rows × vectors accumulators. AVX-512 has 32 vector registers,
+// the older x86 targets 16; blocks that exceed the register file spill inside the innermost loop.
+#if HWY_TARGET <= HWY_AVX3
+constexpr int kBlockRows = 4;
+constexpr int kBlockVecs = 4;
+#else
+constexpr int kBlockRows = 4;
+constexpr int kBlockVecs = 2;
+#endif
+
+inline void LoadRow(const void* src, DType type, int64_t n, float* dst) {
+  const FloatTag df;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  int64_t i = 0;
+  switch (type) {
+    case DType::kBF16: {
+      // bf16 is the upper half of an f32: widen and shift, exact.
+      const hn::Rebind<uint16_t, FloatTag> du16;
+      const hn::Rebind<int32_t, FloatTag> di32;
+      const uint16_t* p = static_cast<const uint16_t*>(src);
+      for (; i + lanes <= n; i += lanes) {
+        const auto wide = hn::PromoteTo(di32, hn::LoadU(du16, p + i));
+        hn::StoreU(hn::BitCast(df, hn::ShiftLeft<16>(wide)), df, dst + i);
+      }
+      for (; i < n; ++i) dst[i] = bf16_to_float(p[i]);
+      return;
+    }
+    case DType::kF16: {
+      const hn::Rebind<hwy::float16_t, FloatTag> df16;
+      const hwy::float16_t* p = static_cast<const hwy::float16_t*>(src);
+      for (; i + lanes <= n; i += lanes) hn::StoreU(hn::PromoteTo(df, hn::LoadU(df16, p + i)), df, dst + i);
+      const uint16_t* bits = static_cast<const uint16_t*>(src);
+      for (; i < n; ++i) dst[i] = f16_to_float(bits[i]);
+      return;
+    }
+    default:
+      std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+      return;
+  }
+}
+
+inline void StoreRow(const float* src, int64_t n, float factor, DType type, void* dst) {
+  const FloatTag df;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  const FloatVec vf = hn::Set(df, factor);
+  int64_t i = 0;
+  switch (type) {
+    case DType::kBF16: {
+      // Round to nearest even with quiet NaNs, the same integer recipe as dashattn::float_to_bf16.
+      const hn::RebindToSigned<FloatTag> di;
+      const hn::Rebind<uint16_t, FloatTag> du16;
+      uint16_t* p = static_cast<uint16_t*>(dst);
+      const auto abs_mask = hn::Set(di, 0x7fffffff);
+      const auto inf_bits = hn::Set(di, 0x7f800000);
+      const auto round_bias = hn::Set(di, 0x7fff);
+      const auto one = hn::Set(di, 1);
+      const auto quiet = hn::Set(di, 0x40);
+      const auto low16 = hn::Set(di, 0xffff);
+      for (; i + lanes <= n; i += lanes) {
+        const auto u = hn::BitCast(di, hn::Mul(hn::LoadU(df, src + i), vf));
+        const auto is_nan = hn::Gt(hn::And(u, abs_mask), inf_bits);
+        const auto lsb = hn::And(hn::ShiftRight<16>(u), one);
+        const auto rounded = hn::ShiftRight<16>(hn::Add(u, hn::Add(round_bias, lsb)));
+        const auto nan_bits = hn::Or(hn::ShiftRight<16>(u), quiet);
+        const auto bits = hn::And(hn::IfThenElse(is_nan, nan_bits, rounded), low16);
+        hn::StoreU(hn::DemoteTo(du16, bits), du16, p + i);
+      }
+      for (; i < n; ++i) p[i] = float_to_bf16(src[i] * factor);
+      return;
+    }
+    case DType::kF16: {
+      // Rare path; the scalar conversion is the contract's definition of f16 rounding (subnormals included).
+      uint16_t* p = static_cast<uint16_t*>(dst);
+      for (; i < n; ++i) p[i] = float_to_f16(src[i] * factor);
+      return;
+    }
+    default: {
+      float* p = static_cast<float*>(dst);
+      for (; i + lanes <= n; i += lanes) hn::StoreU(hn::Mul(hn::LoadU(df, src + i), vf), df, p + i);
+      for (; i < n; ++i) p[i] = src[i] * factor;
+      return;
+    }
+  }
+}
+
+inline void ScaleRow(const float* src, int64_t n, float factor, float* dst) {
+  const FloatTag df;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  const FloatVec vf = hn::Set(df, factor);
+  int64_t i = 0;
+  for (; i + lanes <= n; i += lanes) hn::StoreU(hn::Mul(hn::LoadU(df, src + i), vf), df, dst + i);
+  for (; i < n; ++i) dst[i] = src[i] * factor;
+}
+
+inline float DotRow(const float* a, const float* b, int64_t n) {
+  const FloatTag df;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  FloatVec acc0 = hn::Zero(df), acc1 = hn::Zero(df), acc2 = hn::Zero(df), acc3 = hn::Zero(df);
+  int64_t i = 0;
+  for (; i + 4 * lanes <= n; i += 4 * lanes) {
+    acc0 = hn::MulAdd(hn::LoadU(df, a + i), hn::LoadU(df, b + i), acc0);
+    acc1 = hn::MulAdd(hn::LoadU(df, a + i + lanes), hn::LoadU(df, b + i + lanes), acc1);
+    acc2 = hn::MulAdd(hn::LoadU(df, a + i + 2 * lanes), hn::LoadU(df, b + i + 2 * lanes), acc2);
+    acc3 = hn::MulAdd(hn::LoadU(df, a + i + 3 * lanes), hn::LoadU(df, b + i + 3 * lanes), acc3);
+  }
+  for (; i + lanes <= n; i += lanes) acc0 = hn::MulAdd(hn::LoadU(df, a + i), hn::LoadU(df, b + i), acc0);
+  const FloatVec acc = hn::Add(hn::Add(acc0, acc1), hn::Add(acc2, acc3));
+  float sum = hn::GetLane(hn::SumOfLanes(df, acc));
+  for (; i < n; ++i) sum += a[i] * b[i];
+  return sum;
+}
+
+template <int R, int V>
+HWY_INLINE void MatmulTile(const float* const* a, int depth, const float* bt, int64_t bt_stride, float* s,
+                           int64_t s_stride) {
+  const FloatTag df;
+  const size_t lanes = hn::Lanes(df);
+  FloatVec acc[R][V];
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < V; ++v) acc[r][v] = hn::Zero(df);
+  for (int t = 0; t < depth; ++t) {
+    const float* brow = bt + static_cast<int64_t>(t) * bt_stride;
+    FloatVec b[V];
+    for (int v = 0; v < V; ++v) b[v] = hn::Load(df, brow + v * lanes);
+    for (int r = 0; r < R; ++r) {
+      const FloatVec av = hn::Set(df, a[r][t]);
+      for (int v = 0; v < V; ++v) acc[r][v] = hn::MulAdd(av, b[v], acc[r][v]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < V; ++v) hn::Store(acc[r][v], df, s + r * s_stride + v * lanes);
+}
+
+template <int R, int V>
+HWY_INLINE void PvTile(float* const* o, const float* rescale, const float* const* p, const float* v,
+                       int64_t v_stride, int keys, size_t col) {
+  const FloatTag df;
+  const size_t lanes = hn::Lanes(df);
+  FloatVec acc[R][V];
+  for (int r = 0; r < R; ++r) {
+    const FloatVec sc = hn::Set(df, rescale[r]);
+    for (int c = 0; c < V; ++c) acc[r][c] = hn::Mul(hn::Load(df, o[r] + col + c * lanes), sc);
+  }
+  for (int j = 0; j < keys; ++j) {
+    const float* vrow = v + static_cast<int64_t>(j) * v_stride + col;
+    FloatVec vv[V];
+    for (int c = 0; c < V; ++c) vv[c] = hn::Load(df, vrow + c * lanes);
+    for (int r = 0; r < R; ++r) {
+      const FloatVec pv = hn::Set(df, p[r][j]);
+      for (int c = 0; c < V; ++c) acc[r][c] = hn::MulAdd(pv, vv[c], acc[r][c]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < V; ++c) hn::Store(acc[r][c], df, o[r] + col + c * lanes);
+}
+
+// Expands to one case per (rows, vectors) block shape up to 4 × 4; the compiler keeps each block's
+// accumulators in registers because R and V are compile-time constants.
+#define DASHATTN_BLOCK_CASES(CALL)                                                                   \
+  switch (rb * 8 + vb) {                                                                             \
+    case 1 * 8 + 1: CALL(1, 1); break;                                                               \
+    case 1 * 8 + 2: CALL(1, 2); break;                                                               \
+    case 1 * 8 + 3: CALL(1, 3); break;                                                               \
+    case 1 * 8 + 4: CALL(1, 4); break;                                                               \
+    case 2 * 8 + 1: CALL(2, 1); break;                                                               \
+    case 2 * 8 + 2: CALL(2, 2); break;                                                               \
+    case 2 * 8 + 3: CALL(2, 3); break;                                                               \
+    case 2 * 8 + 4: CALL(2, 4); break;                                                               \
+    case 3 * 8 + 1: CALL(3, 1); break;                                                               \
+    case 3 * 8 + 2: CALL(3, 2); break;                                                               \
+    case 3 * 8 + 3: CALL(3, 3); break;                                                               \
+    case 3 * 8 + 4: CALL(3, 4); break;                                                               \
+    case 4 * 8 + 1: CALL(4, 1); break;                                                               \
+    case 4 * 8 + 2: CALL(4, 2); break;                                                               \
+    case 4 * 8 + 3: CALL(4, 3); break;                                                               \
+    case 4 * 8 + 4: CALL(4, 4); break;                                                               \
+    default: break;                                                                                  \
+  }
+
+inline void MatmulBt(const float* const* a_rows, int rows, int depth, const float* bt, int64_t bt_stride, int cols,
+                     float* s, int64_t s_stride) {
+  const FloatTag df;
+  const int lanes = static_cast<int>(hn::Lanes(df));
+  const int nvec = cols / lanes;
+  // Column blocks outside, rows inside: one block of bt (depth × kBlockVecs vectors) stays in L1 for all rows.
+  for (int v0 = 0; v0 < nvec; v0 += kBlockVecs) {
+    const int vb = std::min(kBlockVecs, nvec - v0);
+    for (int r0 = 0; r0 < rows; r0 += kBlockRows) {
+      const int rb = std::min(kBlockRows, rows - r0);
+      const float* const* a = a_rows + r0;
+      const float* b = bt + static_cast<int64_t>(v0) * lanes;
+      float* out = s + static_cast<int64_t>(r0) * s_stride + static_cast<int64_t>(v0) * lanes;
+#define DASHATTN_MATMUL_CALL(R, V) MatmulTile<R, V>(a, depth, b, bt_stride, out, s_stride)
+      DASHATTN_BLOCK_CASES(DASHATTN_MATMUL_CALL)
+#undef DASHATTN_MATMUL_CALL
+    }
+  }
+}
+
+inline void AccumulatePv(float* const* o_rows, const float* rescale, const float* const* p_rows, int rows,
+                         const float* v, int64_t v_stride, int keys, int width) {
+  const FloatTag df;
+  const int lanes = static_cast<int>(hn::Lanes(df));
+  const int nvec = width / lanes;
+  for (int v0 = 0; v0 < nvec; v0 += kBlockVecs) {
+    const int vb = std::min(kBlockVecs, nvec - v0);
+    const size_t col = static_cast<size_t>(v0) * lanes;
+    for (int r0 = 0; r0 < rows; r0 += kBlockRows) {
+      const int rb = std::min(kBlockRows, rows - r0);
+#define DASHATTN_PV_CALL(R, V) PvTile<R, V>(o_rows + r0, rescale + r0, p_rows + r0, v, v_stride, keys, col)
+      DASHATTN_BLOCK_CASES(DASHATTN_PV_CALL)
+#undef DASHATTN_PV_CALL
+    }
+  }
+}
+
+#undef DASHATTN_BLOCK_CASES
+
+inline void SoftmaxStep(float* s, int64_t s_stride, int rows, int cols, const float* bias, const int* valid,
+                        float* row_max, float* row_sum, float* rescale) {
+  const FloatTag df;
+  const int lanes = static_cast<int>(hn::Lanes(df));
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  for (int r = 0; r < rows; ++r) {
+    float* x = s + static_cast<int64_t>(r) * s_stride;
+    const int lim = valid[r];
+    if (bias != nullptr && bias[r] != 0.0f) {
+      const FloatVec b = hn::Set(df, bias[r]);
+      for (int j = 0; j < cols; j += lanes) hn::Store(hn::Add(hn::Load(df, x + j), b), df, x + j);
+    }
+    for (int j = lim; j < cols; ++j) x[j] = neg_inf;
+    FloatVec mx = hn::Set(df, neg_inf);
+    for (int j = 0; j < cols; j += lanes) mx = hn::Max(mx, hn::Load(df, x + j));
+    const float block_max = hn::GetLane(hn::MaxOfLanes(df, mx));
+    const float old_max = row_max[r];
+    const float new_max = std::max(old_max, block_max);
+    // exp(−inf − finite) is 0 with std::exp, which is what an empty running state needs.
+    const float sc = std::exp(old_max - new_max);
+    const FloatVec m = hn::Set(df, new_max);
+    FloatVec sum = hn::Zero(df);
+    for (int j = 0; j < cols; j += lanes) {
+      // Highway's Exp returns 0 below −104, so masked (−inf) columns vanish here.
+      const FloatVec e = hn::Exp(df, hn::Sub(hn::Load(df, x + j), m));
+      hn::Store(e, df, x + j);
+      sum = hn::Add(sum, e);
+    }
+    for (int j = lim; j < cols; ++j) x[j] = 0.0f;
+    rescale[r] = sc;
+    row_sum[r] = row_sum[r] * sc + hn::GetLane(hn::SumOfLanes(df, sum));
+    row_max[r] = new_max;
+  }
+}
+
+inline const char* SimdTargetName() { return hwy::TargetName(HWY_TARGET); }
+
+// NOLINTNEXTLINE(google-readability-namespace-comments)
+}  // namespace HWY_NAMESPACE
+}  // namespace cpu
+}  // namespace dashattn
+HWY_AFTER_NAMESPACE();
+
+#endif  // include guard toggle

@@ -1,0 +1,101 @@
+// Stage 0: one summary per complete chunk and KV head, softmax(⟨q̄, k⟩/sqrt(d)) over the chunk's keys with the
+// keys as values. A summary reads only its own chunk, through the same code path wherever the chunk sits, so a
+// chunk summarized during decoding is bitwise the summary prefill computed.
+#include <tbb/enumerable_thread_specific.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "backends/cpu/cpu_common.h"
+#include "backends/cpu/cpu_stages.h"
+#include "backends/cpu/simd_kernels.h"
+#include "dashattn/geometry.h"
+
+namespace dashattn {
+namespace cpu {
+namespace {
+
+struct KeySpan {
+  int64_t batch_index = 0, begin = 0, n = 0;
+};
+
+// Keys of sequence s. Summaries only need the key side of the layout, so read it directly.
+KeySpan key_span(const BatchLayout& batch, const TensorView& k, int64_t s) {
+  KeySpan sp;
+  if (batch.is_varlen()) {
+    sp.begin = batch.cu_seqlens_k[s];
+    sp.n = batch.cu_seqlens_k[s + 1] - sp.begin;
+  } else {
+    sp.batch_index = s;
+    sp.n = batch.seqlens_k ? batch.seqlens_k[s] : k.shape[1];
+  }
+  return sp;
+}
+
+struct SummaryScratch {
+  Scratch<float> keys, logits, acc;
+};
+
+}  // namespace
+
+void summarize(const SummarizeParams& params) {
+  const SummarizeParams p = normalize_summarize(params);
+  const TensorView& k = p.k;
+  const int64_t h_kv = k.shape[2], d = k.shape[3], C = p.method.chunk_size;
+  const int64_t dp = pad_floats(d);
+  const int64_t count = p.batch.is_varlen() ? p.batch.num_seqs : k.shape[0];
+  const float inv_sqrt_d = routing_inv_sqrt_d(d);
+
+  std::vector<KeySpan> spans(static_cast<size_t>(count));
+  std::vector<std::pair<int64_t, int64_t>> items;  // (sequence, chunk)
+  for (int64_t s = 0; s < count; ++s) {
+    spans[s] = key_span(p.batch, k, s);
+    for (int64_t c = p.first_chunk; c < num_complete_chunks(spans[s].n, C); ++c) items.emplace_back(s, c);
+  }
+
+  const bool has_query = p.summary_query.defined();
+  std::vector<float> queries(static_cast<size_t>(h_kv * dp), 0.0f);
+  if (has_query) {
+    for (int64_t r = 0; r < h_kv; ++r) {
+      load_row(element(p.summary_query, r, 0), p.summary_query.dtype, d, queries.data() + r * dp);
+    }
+  }
+
+  tbb::enumerable_thread_specific<SummaryScratch> scratch;
+  parallel_items(static_cast<int64_t>(items.size()), [&](int64_t idx) {
+    const int64_t s = items[idx].first, c = items[idx].second;
+    const KeySpan& sp = spans[s];
+    SummaryScratch& ws = scratch.local();
+    float* keys = ws.keys.reserve(C * dp);
+    float* logits = ws.logits.reserve(C);
+    float* acc = ws.acc.reserve(dp);
+    for (int64_t r = 0; r < h_kv; ++r) {
+      for (int64_t j = 0; j < C; ++j) {
+        float* dst = keys + j * dp;
+        load_row(element(k, sp.batch_index, sp.begin + c * C + j, r), k.dtype, d, dst);
+        std::fill(dst + d, dst + dp, 0.0f);
+      }
+      // An undefined summary query is zeros: every logit is 0 and the summary is the mean key.
+      float m = 0.0f;
+      for (int64_t j = 0; j < C; ++j) {
+        logits[j] = has_query ? dot_row(queries.data() + r * dp, keys + j * dp, d) * inv_sqrt_d : 0.0f;
+        m = j == 0 ? logits[j] : std::max(m, logits[j]);
+      }
+      float sum = 0.0f;
+      for (int64_t j = 0; j < C; ++j) {
+        logits[j] = std::exp(logits[j] - m);
+        sum += logits[j];
+      }
+      for (int64_t j = 0; j < C; ++j) logits[j] = logits[j] / sum;
+      std::fill(acc, acc + dp, 0.0f);
+      const float one = 1.0f;
+      const float* probs = logits;
+      accumulate_pv(&acc, &one, &probs, 1, keys, dp, static_cast<int>(C), static_cast<int>(dp));
+      store_row(acc, d, 1.0f, p.summaries.dtype, mutable_element(p.summaries, s, c, r));
+    }
+  });
+}
+
+}  // namespace cpu
+}  // namespace dashattn
