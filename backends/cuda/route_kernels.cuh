@@ -185,7 +185,7 @@ struct ListValues {
 };
 
 template <int kHeadDim, typename T>
-__global__ void __launch_bounds__(kThreads, 3) route_kernel(RouteArgs a) {
+__global__ void __launch_bounds__(kThreads) route_kernel(RouteArgs a) {
   using C = Config<kHeadDim>;
   using S = Smem<kHeadDim>;
   constexpr int kRows = C::kRows, kMT = C::kMTiles, kKS = C::kKSteps, kCap = C::kListCap;

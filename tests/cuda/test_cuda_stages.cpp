@@ -1,0 +1,292 @@
+// Stage 0 and Stage 1 of the CUDA backend against the float64 reference: summaries within one rounding step of
+// the key dtype, masks exact except near-ties (the GPU scores in fp32 on tensor cores, the reference in float64),
+// τ, μ and active counts, padded / varlen / decode batches, all head dims and dtypes compiled in, the list and
+// the overflow solver paths, decode summaries bitwise equal to prefill ones, and bitwise reproducibility.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include "cuda_test_support.h"
+
+namespace dashattn::cuda_test {
+namespace {
+
+struct Case {
+  std::string name;
+  ref::ProblemSpec spec;
+  MethodParams method;
+};
+
+struct StageOutputs {
+  DeviceTensor summaries, mask, tau, mu, active;
+  int64_t max_chunks = 0, words = 0;
+};
+
+StageOutputs run_stages(const ref::Problem& pr, DeviceProblem& dp, const MethodParams& m) {
+  StageOutputs out;
+  const int64_t seqs = pr.num_sequences();
+  const int64_t n_k = pr.padded_n_k();
+  const int64_t rows = pr.rows_q();
+  const int64_t b = pr.varlen() ? 1 : pr.spec.batch;
+  out.max_chunks = num_complete_chunks(n_k, m.chunk_size);
+  out.words = mask_words(n_k, m.chunk_size);
+  out.summaries = device_filled(pr.spec.dtype, {seqs, std::max<int64_t>(out.max_chunks, 1), pr.spec.h_kv, pr.spec.d}, 0xFF);
+  out.mask = device_filled(DType::kU32, {b, pr.spec.h_kv, rows, out.words}, 0xFF);
+  out.tau = device_filled(DType::kF32, {b, pr.spec.h_q, rows}, 0xFF);
+  out.mu = device_filled(DType::kF32, {b, pr.spec.h_kv, rows}, 0xFF);
+  out.active = device_filled(DType::kI32, {b, pr.spec.h_kv, rows}, 0xFF);
+
+  SummarizeParams sp;
+  sp.k = dp.k.view;
+  sp.summary_query = dp.summary_query.view;
+  sp.summaries = out.summaries.view;
+  sp.batch = dp.batch;
+  sp.method = m;
+  summarize(cuda_backend(), sp);
+
+  RouteParams rp;
+  rp.q = dp.q.view;
+  rp.summaries = out.summaries.view;
+  rp.n_k = n_k;
+  rp.batch = dp.batch;
+  rp.method = m;
+  rp.routing.mask = out.mask.view;
+  rp.routing.tau = out.tau.view;
+  rp.routing.mu = out.mu.view;
+  rp.routing.active_chunks = out.active.view;
+  route(cuda_backend(), rp);
+  cuda_backend().synchronize(nullptr);
+  return out;
+}
+
+struct Tally {
+  int64_t bits = 0, flips_at_ties = 0, bad_flips = 0, rows = 0, rows_skipped = 0;
+  int64_t bad_tau = 0, bad_mu = 0, bad_active = 0, bad_padding = 0, bad_summary = 0;
+  double max_tau_err = 0, max_mu_err = 0;
+};
+
+bool near_tie(double x, double tau) { return std::fabs(x - tau) <= 1e-4 * std::max(1.0, std::fabs(tau)); }
+
+void check_case(const Case& c) {
+  INFO("case " << c.name);
+  const ref::Problem pr = ref::make_problem(c.spec);
+  DeviceProblem dp = to_device(pr);
+  StageOutputs out = run_stages(pr, dp, c.method);
+  const ref::Method m = ref::Method::from(c.method);
+
+  const std::vector<double> summ = to_host_double(out.summaries.view);
+  const std::vector<uint32_t> mask = to_host<uint32_t>(out.mask.view);
+  const std::vector<float> tau = to_host<float>(out.tau.view);
+  const std::vector<float> mu = to_host<float>(out.mu.view);
+  const std::vector<int32_t> active = to_host<int32_t>(out.active.view);
+
+  const int64_t h_q = c.spec.h_q, h_kv = c.spec.h_kv, d = c.spec.d, g = h_q / h_kv;
+  const int64_t rows = pr.rows_q(), words = out.words, mc = std::max<int64_t>(out.max_chunks, 1);
+  Tally t;
+  for (int64_t s = 0; s < pr.num_sequences(); ++s) {
+    const ref::Span span = pr.span(s);
+    const ref::Sequence seq = pr.sequence(s);
+    // Stage 0: within one step of the key dtype of the float64 summaries.
+    const std::vector<double> want = ref::summarize(seq, m);
+    const int64_t nc = num_complete_chunks(span.n_k, c.method.chunk_size);
+    std::vector<double> got(static_cast<size_t>(nc * h_kv * d));
+    for (int64_t ch = 0; ch < nc; ++ch)
+      for (int64_t r = 0; r < h_kv; ++r)
+        for (int64_t e = 0; e < d; ++e) {
+          const double v = summ[((s * mc + ch) * h_kv + r) * d + e];
+          got[(ch * h_kv + r) * d + e] = v;
+          if (!(ref::ulp_distance(v, want[(ch * h_kv + r) * d + e], c.spec.dtype) <= 1.0)) ++t.bad_summary;
+        }
+    // Stage 1 on the GPU's own summaries, so that only routing is compared.
+    const ref::Routing rt = ref::route(seq, got, m, words);
+    const int64_t b = span.batch_index;
+    for (int64_t i = 0; i < span.n_q; ++i) {
+      const int64_t row = span.q_begin + i;
+      for (int64_t r = 0; r < h_kv; ++r) {
+        ++t.rows;
+        bool row_flip = false, row_near = false;
+        for (int64_t w = 0; w < words; ++w) {
+          const uint32_t gw = mask[((b * h_kv + r) * rows + row) * words + w];
+          const uint32_t rw = rt.mask_row(r, i)[w];
+          for (int bit = 0; bit < 32; ++bit) {
+            const int64_t ch = w * 32 + bit;
+            ++t.bits;
+            bool tie = false;
+            if (ch < rt.diagonal[i]) {
+              for (int64_t h = r * g; h < (r + 1) * g; ++h) {
+                tie = tie || near_tie(rt.x[(i * h_q + h) * rt.num_complete + ch], rt.tau[i * h_q + h]);
+              }
+            }
+            row_near = row_near || tie;
+            if (((gw >> bit) & 1u) != ((rw >> bit) & 1u)) {
+              row_flip = true;
+              if (tie) ++t.flips_at_ties; else ++t.bad_flips;
+            }
+          }
+        }
+        for (int64_t h = r * g; h < (r + 1) * g; ++h) {
+          const double gt = tau[(b * h_q + h) * rows + row], rtau = rt.tau[i * h_q + h];
+          if (std::isnan(rtau) != std::isnan(gt)) {
+            ++t.bad_tau;
+          } else if (!std::isnan(rtau)) {
+            const double err = std::fabs(gt - rtau) / std::max(1.0, std::fabs(rtau));
+            t.max_tau_err = std::max(t.max_tau_err, err);
+            if (err > 2e-5) ++t.bad_tau;
+          }
+        }
+        if (row_flip || row_near) {
+          ++t.rows_skipped;
+          continue;
+        }
+        const double gmu = mu[(b * h_kv + r) * rows + row], rmu = rt.mu[i * h_kv + r];
+        const double err = std::fabs(gmu - rmu) / std::max(1.0, std::fabs(rmu));
+        t.max_mu_err = std::max(t.max_mu_err, err);
+        if (!(err <= 2e-3)) ++t.bad_mu;
+        if (active[(b * h_kv + r) * rows + row] != rt.active[r * span.n_q + i]) ++t.bad_active;
+      }
+    }
+    // Padding rows of a padded batch: mask 0, μ 0, active 0.
+    if (!pr.varlen()) {
+      for (int64_t i = span.n_q; i < pr.padded_n_q(); ++i)
+        for (int64_t r = 0; r < h_kv; ++r) {
+          for (int64_t w = 0; w < words; ++w) t.bad_padding += mask[((b * h_kv + r) * rows + i) * words + w] != 0u;
+          t.bad_padding += mu[(b * h_kv + r) * rows + i] != 0.0f;
+          t.bad_padding += active[(b * h_kv + r) * rows + i] != 0;
+        }
+    }
+  }
+  MESSAGE(c.name << ": bits " << t.bits << ", flips at near-ties " << t.flips_at_ties << ", rows " << t.rows
+                 << " (" << t.rows_skipped << " with a near-tie), max rel tau err " << t.max_tau_err
+                 << ", max rel mu err " << t.max_mu_err);
+  CHECK(t.bad_summary == 0);
+  CHECK(t.bad_flips == 0);
+  CHECK(t.flips_at_ties * 1000 <= t.bits);
+  CHECK(t.rows_skipped * 10 <= t.rows);
+  CHECK(t.bad_tau == 0);
+  CHECK(t.bad_mu == 0);
+  CHECK(t.bad_active == 0);
+  CHECK(t.bad_padding == 0);
+}
+
+ref::ProblemSpec spec(int64_t b, int64_t n_q, int64_t n_k, int64_t h_q, int64_t h_kv, int64_t d, DType dt,
+                      double q_std, uint64_t seed) {
+  ref::ProblemSpec s;
+  s.batch = b;
+  s.n_q = n_q;
+  s.n_k = n_k;
+  s.h_q = h_q;
+  s.h_kv = h_kv;
+  s.d = d;
+  s.dtype = dt;
+  s.q_std = q_std;
+  s.seed = seed;
+  return s;
+}
+
+bool compiled(int64_t d) {
+  ForwardParams f;
+  f.q.dtype = DType::kBF16;
+  f.q.rank = 4;
+  f.q.shape = {1, 1, 1, d};
+  f.q.device = Device{DeviceType::kCuda, 0};
+  return cuda_backend().unsupported_reason(f).find("head dim") == std::string::npos;
+}
+
+Case small_case() {
+  Case c{"padded b=2, d=64, g=4, C=16, bf16", spec(2, 1000, 1000, 8, 2, 64, DType::kBF16, 8.0, 11), {}};
+  c.spec.seqlens_q = {1000, 600};
+  c.spec.seqlens_k = {1000, 700};
+  c.method.chunk_size = 16;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("cuda small grid: stages 0 and 1 match the reference") {
+  if (!compiled(64)) return;
+  check_case(small_case());
+}
+
+TEST_CASE("cuda stages 0 and 1 match the reference") {
+  std::vector<Case> cases;
+  if (compiled(128)) {
+    Case c{"prefill d=128, g=16, C=64, f16, alpha=2", spec(1, 2048, 2048, 32, 2, 128, DType::kF16, 4.0, 21), {}};
+    c.method.alpha = 2.0f;
+    cases.push_back(c);
+    Case o{"overflow decode n_k=4096, C=16, d=128, g=2", spec(1, 64, 4096, 4, 2, 128, DType::kBF16, 1.0, 31), {}};
+    o.method.chunk_size = 16;
+    cases.push_back(o);
+    Case m{"mean pooling, bhnd, g=1, C=128, gamma=2", spec(1, 1500, 1500, 2, 2, 128, DType::kBF16, 6.0, 41), {}};
+    m.spec.zero_summary_query = true;
+    m.spec.layout = ref::Layout::kBHND;
+    m.method.chunk_size = 128;
+    m.method.gamma = 2.0f;
+    cases.push_back(m);
+  }
+  if (compiled(256)) {
+    Case v{"varlen decode-like, d=256, g=4, C=32, alpha=1.7", spec(1, 0, 0, 8, 2, 256, DType::kBF16, 6.0, 51), {}};
+    v.spec.varlen_q = {300, 5, 1};
+    v.spec.varlen_k = {300, 900, 1300};
+    v.method.chunk_size = 32;
+    v.method.alpha = 1.7f;
+    cases.push_back(v);
+  }
+  if (compiled(64)) {
+    Case f{"f16 d=64 g=3 C=32", spec(1, 700, 900, 6, 2, 64, DType::kF16, 5.0, 61), {}};
+    f.method.chunk_size = 32;
+    cases.push_back(f);
+  }
+  for (const Case& c : cases) check_case(c);
+}
+
+TEST_CASE("cuda decode summaries are bitwise equal to prefill summaries; routing is reproducible") {
+  const int64_t d = compiled(128) ? 128 : (compiled(64) ? 64 : 256);
+  ref::ProblemSpec s = spec(2, 1000, 1000, 8, 2, d, DType::kBF16, 6.0, 71);
+  const ref::Problem pr = ref::make_problem(s);
+  DeviceProblem dp = to_device(pr);
+  MethodParams m;
+  m.chunk_size = 16;
+  StageOutputs full = run_stages(pr, dp, m);
+
+  // Summaries of the first 500 keys, then the rest with first_chunk = the chunks already valid.
+  DeviceTensor cache = device_filled(DType::kBF16, {2, full.max_chunks, 2, d}, 0xFF);
+  SummarizeParams sp;
+  sp.k = dp.k.view;
+  sp.k.shape[1] = 500;
+  sp.summary_query = dp.summary_query.view;
+  sp.summaries = cache.view;
+  sp.method = m;
+  summarize(cuda_backend(), sp);
+  sp.k = dp.k.view;
+  sp.first_chunk = 500 / 16;
+  summarize(cuda_backend(), sp);
+  CHECK(to_host<uint16_t>(cache.view) == to_host<uint16_t>(full.summaries.view));
+
+  StageOutputs again = run_stages(pr, dp, m);
+  CHECK(to_host<uint32_t>(again.mask.view) == to_host<uint32_t>(full.mask.view));
+  CHECK(to_host<uint32_t>(again.tau.view) == to_host<uint32_t>(full.tau.view));
+  CHECK(to_host<uint32_t>(again.mu.view) == to_host<uint32_t>(full.mu.view));
+  CHECK(to_host<int32_t>(again.active.view) == to_host<int32_t>(full.active.view));
+}
+
+TEST_CASE("cuda backend rejects what it cannot run with a reason") {
+  ForwardParams f;
+  f.q.dtype = DType::kF32;
+  f.q.rank = 4;
+  f.q.shape = {1, 1, 1, 128};
+  f.q.device = Device{DeviceType::kCuda, 0};
+  CHECK(cuda_backend().unsupported_reason(f).find("f32") != std::string::npos);
+  f.q.dtype = DType::kBF16;
+  f.q.shape = {1, 1, 1, 96};
+  CHECK(cuda_backend().unsupported_reason(f).find("head dim 96") != std::string::npos);
+  f.q.shape = {1, 1, 1, 128};
+  f.method.chunk_size = 48;
+  if (compiled(128)) CHECK(cuda_backend().unsupported_reason(f).find("chunk size 48") != std::string::npos);
+  f.method.chunk_size = 64;
+  f.q.device = Device{DeviceType::kCpu, 0};
+  CHECK(cuda_backend().unsupported_reason(f).find("CUDA device memory") != std::string::npos);
+}
+
+}  // namespace dashattn::cuda_test
