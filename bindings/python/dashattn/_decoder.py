@@ -1,0 +1,137 @@
+"""Decoder: cached decoding that owns the growing K/V and chunk-summary caches."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Optional
+
+import numpy as np
+
+from . import _core
+from ._api import _Geometry, _make_routing, _torch_device_guard, method
+from ._arrays import dtype_name, for_core, frame_of, is_torch
+from .errors import InvalidArgumentError
+
+__all__ = ["Decoder"]
+
+
+def _parse_device(device: Any) -> tuple:
+    if is_torch(device) or type(device).__name__ == "device":  # torch.device
+        return device.type, device.index or 0
+    text = str(device)
+    kind, _, index = text.partition(":")
+    if kind not in ("cpu", "cuda", "hip"):
+        raise InvalidArgumentError(f"invalid argument 'device': expected 'cpu', 'cuda[:i]' or 'hip[:i]', got {text!r}")
+    return kind, int(index) if index else 0
+
+
+class Decoder:
+    """Cached DashAttention decoding for a padded batch of `batch` sequences of equal length.
+
+    Each step appends t new tokens per sequence (their keys and values go into the cache), summarizes exactly
+    the chunks those keys complete (a summary is computed once and reused), routes the new queries over the
+    summaries and attends. Outputs equal the corresponding rows of a prefill forward() over the whole sequence.
+
+    Arrays passed to step() must live on `device` and have the decoder's dtype; outputs are allocated in the
+    framework of q. Keys and values of one step must be dense per sequence ([b, t, h_kv, d] with strides
+    [*, h_kv*d, d, 1]; any layout works for t = 1).
+    """
+
+    def __init__(self, batch: int, h_q: int, h_kv: int, d: int, *, dtype: Any = "bf16", device: Any = "cpu",
+                 summary_query: Any = None, chunk_size: int = 64, alpha: float = 1.5, gamma: float = 1.0,
+                 sigma: float = 1e8, prior: str = "estimate_diagonal", scale: Optional[float] = None,
+                 solver: str = "exact", backend: str = "auto", initial_capacity: int = 4096):
+        self.method = method(chunk_size, alpha, gamma, sigma, prior, scale, solver)
+        kind, index = _parse_device(device)
+        self._summary_query = summary_query  # the extension reads it on every step: keep it alive
+        sq, bf = for_core(summary_query)
+        self._batch, self._h_q, self._h_kv, self._d = int(batch), int(h_q), int(h_kv), int(d)
+        self._core = _core.Decoder(self._batch, self._h_q, self._h_kv, self._d, dtype_name(dtype), self.method,
+                                   device=kind, device_id=index, backend=backend, summary_query=sq,
+                                   initial_capacity=int(initial_capacity), u16_is_bf16=bf)
+
+    @property
+    def length(self) -> int:
+        """Tokens per sequence in the cache."""
+        return self._core.length
+
+    @property
+    def summarized_chunks(self) -> int:
+        return self._core.summarized_chunks
+
+    @property
+    def capacity(self) -> int:
+        return self._core.capacity
+
+    @property
+    def backend(self) -> str:
+        return self._core.backend
+
+    def step(self, q, k, v, *, layout: str = "bnhd", return_lse: bool = False, return_routing: bool = False,
+             out=None, stream=None):
+        """Appends k, v ([b, t, h_kv, d]) and returns the attention output of q ([b, t, h_q, d]).
+
+        Returns o, or a tuple with lse (float32 [b, h_q, t]) and/or a Routing for the t new queries.
+        """
+        frame = frame_of(q)
+        shape = tuple(int(s) for s in q.shape)
+        if len(shape) != 4:
+            raise InvalidArgumentError(f"invalid argument 'q': expected rank 4, got shape {list(shape)}")
+        t = shape[2] if layout == "bhnd" else shape[1]
+        n_k = self.length + t
+        geom = _Geometry(False, self._batch, t, n_k, self._h_q, self._h_kv, self._d)
+        o_raw = frame.empty(shape, dtype_name(q.dtype)) if out is None else out
+        lse_raw = frame.empty(geom.per_row(self._h_q), "f32") if return_lse else None
+        bufs = {"mask": None, "tau": None, "mu": None, "active_chunks": None}
+        if return_routing:
+            bufs = {"mask": frame.empty(geom.mask_shape(self.method.chunk_size), "u32"),
+                    "tau": frame.empty(geom.per_row(self._h_q), "f32"),
+                    "mu": frame.empty(geom.per_row(self._h_kv), "f32"),
+                    "active_chunks": frame.empty(geom.per_row(self._h_kv), "i32")}
+        qc, _ = for_core(q)
+        kc, _ = for_core(k)
+        vc, _ = for_core(v)
+        oc, _ = for_core(o_raw)
+        with _torch_device_guard(frame):
+            self._core.step(qc, kc, vc, oc, lse=lse_raw, mask=bufs["mask"], tau=bufs["tau"], mu=bufs["mu"],
+                            active_chunks=bufs["active_chunks"], layout=layout, stream=frame.stream(stream))
+        result = [o_raw if out is not None else frame.wrap(o_raw)]
+        if return_lse:
+            result.append(frame.wrap(lse_raw))
+        if return_routing:
+            routing = _make_routing(_StepCall(frame, geom), self.method, bufs)
+            routing.n_q, routing.n_k = t, n_k
+            result.append(routing)
+        return result[0] if len(result) == 1 else tuple(result)
+
+    def keys(self, copy: bool = True):
+        """The key cache [b, length, h_kv, d] (a copy by default: a view is invalidated when the cache grows)."""
+        return self._cache(self._core.keys(), copy)
+
+    def values(self, copy: bool = True):
+        return self._cache(self._core.values(), copy)
+
+    def summaries(self, copy: bool = True):
+        """The chunk summaries [b, summarized_chunks, h_kv, d] in the cache's dtype."""
+        return self._cache(self._core.summaries(), copy)
+
+    def _cache(self, raw, copy: bool):
+        # torch reads every dtype and device through DLPack; NumPy only host arrays without bfloat16.
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            arr = torch.from_dlpack(raw)
+            return arr.clone() if copy else arr
+        if self._core.backend != "cpu" or self._core.dtype == "bf16":
+            raise TypeError("reading a GPU or bfloat16 cache needs torch: import torch first")
+        arr = np.from_dlpack(raw)
+        return arr.copy() if copy else arr
+
+
+class _StepCall:
+    """The few attributes _make_routing reads, for a decode step (padded batch, no per-sequence lengths)."""
+
+    def __init__(self, frame, geom):
+        self.frame, self.geom = frame, geom
+        self.varlen = False
+        self.max_q = geom.rows_q
+        self.cu_q = self.cu_k = self.seqlens_q = self.seqlens_k = None
