@@ -1,0 +1,73 @@
+// Host-side attention problems and the calls that run them on a backend.
+//
+// The subcommands all follow the same path: host tensors in [b, n, h, d] order (io::Tensor, in the attention
+// dtype) are copied to the backend's device, forward() or dense_attention() runs with every routing output
+// requested, and the results come back to the host.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dashattn/dashattn.h"
+#include "dashattn/io/tensor_file.h"
+#include "dashattn/synthetic.h"
+
+namespace dashattn::cli {
+
+struct HostProblem {
+  io::Tensor q, k, v;        // [b, n_q, h_q, d] and [b, n_k, h_kv, d], one attention dtype
+  io::Tensor summary_query;  // f32 [h_kv, d]; numel() == 0 means zeros (mean pooling)
+  int source_rank = 4;       // rank of q in the file it came from (3: a single sequence without the b axis)
+
+  DType dtype() const { return q.dtype(); }
+  int64_t batch() const { return q.shape()[0]; }
+  int64_t n_q() const { return q.shape()[1]; }
+  int64_t n_k() const { return k.shape()[1]; }
+  int64_t h_q() const { return q.shape()[2]; }
+  int64_t h_kv() const { return k.shape()[2]; }
+  int64_t d() const { return q.shape()[3]; }
+  bool has_summary_query() const { return summary_query.numel() > 0; }
+  std::string describe() const;  // "b=1 n=4096 h_q=8 h_kv=2 d=64 bf16"
+};
+
+// A synthetic problem in dtype; n_q < n keeps only the last n_q queries (a decode-like problem).
+HostProblem host_problem(const synthetic::Problem& p, DType dtype, int64_t n_q = 0);
+
+struct ForwardOutputs {
+  io::Tensor o;         // [b, n_q, h_q, d], dtype of q
+  io::Tensor lse;       // f32 [b, h_q, n_q]
+  io::Tensor mask;      // u32 [b, h_kv, n_q, words]
+  io::Tensor active;    // i32 [b, h_kv, n_q]
+  io::Tensor tau;       // f32 [b, h_q, n_q]
+  io::Tensor mu;        // f32 [b, h_kv, n_q]
+  io::Tensor summaries; // [b, n_k / C, h_kv, d], dtype of k
+  double seconds = 0;   // forward() alone, device-synchronized
+  int64_t words() const { return mask.shape()[3]; }
+};
+
+ForwardOutputs run_forward(Backend& backend, const HostProblem& problem, const MethodParams& method);
+
+struct DenseOutputs {
+  io::Tensor o;    // dtype of q
+  io::Tensor lse;  // f32 [b, h_q, n_q]
+  double seconds = 0;
+};
+
+DenseOutputs run_dense(Backend& backend, const HostProblem& problem, float scale);
+
+RoutingStats stats_of(const ForwardOutputs& out, const HostProblem& problem, const MethodParams& method);
+
+// Element-wise comparison of two tensors of the same shape read as float.
+struct Difference {
+  double max_abs = 0;
+  double relative = 0;  // ||a - b||_2 / ||b||_2
+  double max_abs_reference = 0;
+};
+Difference compare(const io::Tensor& a, const io::Tensor& reference);
+
+std::vector<float> to_float(const io::Tensor& t);
+io::Tensor from_float(const std::string& name, DType dtype, const std::vector<int64_t>& shape,
+                      const std::vector<float>& values);
+
+}  // namespace dashattn::cli
