@@ -53,11 +53,32 @@ inline void LoadRow(const void* src, DType type, int64_t n, float* dst) {
       return;
     }
     case DType::kF16: {
-      const hn::Rebind<hwy::float16_t, FloatTag> df16;
-      const hwy::float16_t* p = static_cast<const hwy::float16_t*>(src);
-      for (; i + lanes <= n; i += lanes) hn::StoreU(hn::PromoteTo(df, hn::LoadU(df16, p + i)), df, dst + i);
-      const uint16_t* bits = static_cast<const uint16_t*>(src);
-      for (; i < n; ++i) dst[i] = f16_to_float(bits[i]);
+      // Integer recipe of dashattn::f16_to_float (Highway's emulated PromoteTo flushes subnormals on targets
+      // without F16C, and the result must not depend on the target).
+      const hn::Rebind<uint16_t, FloatTag> du16;
+      const hn::Rebind<int32_t, FloatTag> di32;
+      const uint16_t* p = static_cast<const uint16_t*>(src);
+      const auto exp_mask = hn::Set(di32, 0x1f);
+      const auto mant_mask = hn::Set(di32, 0x3ff);
+      const auto sign_mask = hn::Set(di32, 0x8000);
+      const auto exp_bias = hn::Set(di32, 112);
+      const auto inf_bits = hn::Set(di32, 0x7f800000);
+      const auto max_exp = hn::Set(di32, 31);
+      const FloatVec subnormal_unit = hn::Set(df, 5.9604644775390625e-8f);  // 2^-24
+      for (; i + lanes <= n; i += lanes) {
+        const auto bits = hn::PromoteTo(di32, hn::LoadU(du16, p + i));
+        const auto sign = hn::ShiftLeft<16>(hn::And(bits, sign_mask));
+        const auto exp = hn::And(hn::ShiftRight<10>(bits), exp_mask);
+        const auto mant = hn::And(bits, mant_mask);
+        const auto mant_shifted = hn::ShiftLeft<13>(mant);
+        const auto normal = hn::Or(hn::ShiftLeft<23>(hn::Add(exp, exp_bias)), mant_shifted);
+        const auto inf_nan = hn::Or(inf_bits, mant_shifted);
+        const auto subnormal = hn::BitCast(di32, hn::Mul(hn::ConvertTo(df, mant), subnormal_unit));
+        const auto magnitude = hn::IfThenElse(hn::Eq(exp, hn::Zero(di32)), subnormal,
+                                              hn::IfThenElse(hn::Eq(exp, max_exp), inf_nan, normal));
+        hn::StoreU(hn::BitCast(df, hn::Or(sign, magnitude)), df, dst + i);
+      }
+      for (; i < n; ++i) dst[i] = f16_to_float(p[i]);
       return;
     }
     default:
