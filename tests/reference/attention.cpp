@@ -185,22 +185,31 @@ Attention dense_causal(const Sequence& s, double scale) {
   return a;
 }
 
-Attention attend_same_precision(const Sequence& s, const Routing& rt, const Method& m, DType in_dtype,
-                                DType out_dtype) {
+Attention attend_same_precision(const Sequence& s, const Routing& rt, const Routing& bias_rt, const Method& m,
+                                DType in_dtype, DType out_dtype) {
   Attention a = empty_attention(s);
   const float scale = static_cast<float>(m.resolved_scale(s.d));
   for (int64_t i = 0; i < s.n_q; ++i) {
     for (int64_t h = 0; h < s.h_q; ++h) {
+      const int64_t r = h / s.group();
       std::vector<int64_t> keys;
       std::vector<double> bias;
-      for (const KeyBias& kb : attended_keys(s, rt, m, i, h / s.group())) {
+      for (const KeyBias& kb : attended_keys(s, rt, m, i, r)) {
         keys.push_back(kb.j);
-        bias.push_back(kb.bias);
+        const int64_t c = kb.j / m.chunk;
+        // A chunk the float routing dropped (a near tie) keeps the exact bias: it has no float weight to take.
+        const bool float_weight = c < rt.diagonal[i] && bias_rt.routed(i, r, c);
+        bias.push_back(float_weight ? static_cast<float>(prior_bias_of(bias_rt, m, i, r, c)) : kb.bias);
       }
       softmax_rows_float(s, i, h, keys, bias, scale, in_dtype, out_dtype, a);
     }
   }
   return a;
+}
+
+Attention attend_same_precision(const Sequence& s, const Routing& rt, const Method& m, DType in_dtype,
+                                DType out_dtype) {
+  return attend_same_precision(s, rt, rt, m, in_dtype, out_dtype);
 }
 
 Attention dense_causal_same_precision(const Sequence& s, double scale, DType in_dtype, DType out_dtype) {

@@ -37,11 +37,13 @@ Sequence make_sequence(int64_t n_q, int64_t n_k, int64_t h_q, int64_t h_kv, int6
   return s;
 }
 
-static double dot(const double* a, const double* b, int64_t d) {
+namespace {
+double dot(const double* a, const double* b, int64_t d) {
   double acc = 0.0;
   for (int64_t e = 0; e < d; ++e) acc += a[e] * b[e];
   return acc;
 }
+}  // namespace
 
 std::vector<double> summarize(const Sequence& s, const Method& m) {
   const int64_t C = m.chunk, num_complete = s.n_k / C, d = s.d;
@@ -78,7 +80,29 @@ bool Routing::group_tie(int64_t i, int64_t r, int64_t c) const {
   return false;
 }
 
-Routing route(const Sequence& s, const std::vector<double>& summaries, const Method& m, int64_t mask_words) {
+bool Routing::group_near_tie(int64_t i, int64_t r, int64_t c, int64_t d) const {
+  const int64_t g = h_q / h_kv;
+  for (int64_t h = r * g; h < (r + 1) * g; ++h) {
+    const double tau_h = tau[i * h_q + h];
+    if (std::isnan(tau_h)) continue;
+    const double band = 1e-6 * std::max(1.0, std::fabs(tau_h)) + 2.0 * float_x_error(i, h, d);
+    if (std::fabs(x[(i * h_q + h) * num_complete + c] - tau_h) <= band) return true;
+  }
+  return false;
+}
+
+double Routing::float_x_error(int64_t i, int64_t h, int64_t d) const {
+  double largest = 0.0;
+  for (int64_t c = 0; c < diagonal[i]; ++c) largest = std::max(largest, x_abs[(i * h_q + h) * num_complete + c]);
+  // Rounding of a d-term fp32 sum grows like sqrt(d)·2^-24 in practice; 8× that is a generous but finite bound.
+  return 8.0 * std::sqrt(double(d)) * std::ldexp(1.0, -24) * largest;
+}
+
+namespace {
+
+// Stage 1 of the contract; with float_x the scores are accumulated in float as a float kernel does.
+Routing route_impl(const Sequence& s, const std::vector<double>& summaries, const Method& m, int64_t mask_words,
+                   bool float_x) {
   if (!(m.alpha > 1.0)) throw std::invalid_argument("alpha must be > 1");
   const int64_t C = m.chunk, d = s.d, g = s.group();
   Routing rt;
@@ -95,6 +119,7 @@ Routing route(const Sequence& s, const std::vector<double>& summaries, const Met
   const int64_t nc = rt.num_complete;
   rt.diagonal.resize(s.n_q);
   rt.x.assign(s.n_q * s.h_q * nc, 0.0);
+  rt.x_abs.assign(s.n_q * s.h_q * nc, 0.0);
   rt.tau.assign(s.n_q * s.h_q, std::numeric_limits<double>::quiet_NaN());
   rt.weight.assign(s.n_q * s.h_kv * nc, 0.0);
   rt.mu.assign(s.n_q * s.h_kv, 0.0);
@@ -102,6 +127,7 @@ Routing route(const Sequence& s, const std::vector<double>& summaries, const Met
   rt.active.assign(s.h_kv * s.n_q, 0);
 
   const double inv_sqrt_d = 1.0 / std::sqrt(double(d));
+  const double x_factor = (m.alpha - 1.0) * m.gamma * inv_sqrt_d;  // x = (α−1)·γ·⟨q, k̄⟩/sqrt(d)
   for (int64_t i = 0; i < s.n_q; ++i) {
     const int64_t p = s.n_k - s.n_q + i;  // bottom-right causal position
     const int64_t ci = p / C;             // diagonal chunk; routable chunks are [0, ci)
@@ -111,9 +137,19 @@ Routing route(const Sequence& s, const std::vector<double>& summaries, const Met
       const int64_t r = h / g;
       std::vector<double> x(ci);
       for (int64_t c = 0; c < ci; ++c) {
-        const double z = m.gamma * dot(s.q_row(i, h), &summaries[(c * s.h_kv + r) * d], d) * inv_sqrt_d;
-        x[c] = (m.alpha - 1.0) * z;
+        const double* kbar = &summaries[(c * s.h_kv + r) * d];
+        double abs_sum = 0.0;
+        for (int64_t e = 0; e < d; ++e) abs_sum += std::fabs(s.q_row(i, h)[e] * kbar[e]);
+        if (float_x) {
+          float acc = 0.0f;
+          for (int64_t e = 0; e < d; ++e) acc += static_cast<float>(s.q_row(i, h)[e]) * static_cast<float>(kbar[e]);
+          x[c] = static_cast<float>(m.alpha - 1.0) *
+                 (acc * static_cast<float>(m.gamma) * static_cast<float>(inv_sqrt_d));
+        } else {
+          x[c] = x_factor * dot(s.q_row(i, h), kbar, d);
+        }
         rt.x[(i * s.h_q + h) * nc + c] = x[c];
+        rt.x_abs[(i * s.h_q + h) * nc + c] = std::fabs(x_factor) * abs_sum;
       }
       const double tau = entmax_threshold_sorted(x, m.alpha);
       rt.tau[i * s.h_q + h] = tau;
@@ -141,6 +177,17 @@ Routing route(const Sequence& s, const std::vector<double>& summaries, const Met
     }
   }
   return rt;
+}
+
+}  // namespace
+
+Routing route(const Sequence& s, const std::vector<double>& summaries, const Method& m, int64_t mask_words) {
+  return route_impl(s, summaries, m, mask_words, false);
+}
+
+Routing route_same_precision(const Sequence& s, const std::vector<double>& summaries, const Method& m,
+                             int64_t mask_words) {
+  return route_impl(s, summaries, m, mask_words, true);
 }
 
 double prior_bias_of(const Routing& rt, const Method& m, int64_t i, int64_t r, int64_t c) {

@@ -81,6 +81,7 @@ struct Routing {
   int64_t n_q = 0, h_q = 0, h_kv = 0, num_complete = 0, words = 0;
   std::vector<int64_t> diagonal;  // c_i per query
   std::vector<double> x;          // (α−1)·z̄  [n_q][h_q][num_complete] (0 past c_i)
+  std::vector<double> x_abs;      // (α−1)·|γ|·Σ_e |q_e·k̄_e| / sqrt(d): the scale of x's rounding in float
   std::vector<double> tau;        // [n_q][h_q]; NaN when the query has no routable chunk
   std::vector<double> weight;     // group weight w  [n_q][h_kv][num_complete]
   std::vector<double> mu;         // mean log w over the routed chunks [n_q][h_kv]; 0 when none
@@ -93,11 +94,22 @@ struct Routing {
   const uint32_t* mask_row(int64_t r, int64_t i) const { return &mask[(r * n_q + i) * words]; }
   // True when some query head of group r has a tie on chunk c for query i (a mask flip there is allowed).
   bool group_tie(int64_t i, int64_t r, int64_t c) const;
+  // True when, for some head of group r, x_c lies within the tie band widened by the rounding a float
+  // computation of x (a d-term fp32 dot product) and of τ can carry. A flip there is not a routing error.
+  bool group_near_tie(int64_t i, int64_t r, int64_t c, int64_t d) const;
+  // Bound on the float rounding of x for query i, head h: the largest x_abs of the row times a d-term
+  // dot-product error factor.
+  double float_x_error(int64_t i, int64_t h, int64_t d) const;
 };
 
 // Routes every query of s against the given summaries ([num_complete][h_kv][d]). mask_words is the row width
 // of the caller's mask (the batch's padded width); 0 uses this sequence's own width.
 Routing route(const Sequence& s, const std::vector<double>& summaries, const Method& m, int64_t mask_words = 0);
+
+// Stage 1 computed the way a float kernel does: x = (α−1)·γ·⟨q, k̄⟩/sqrt(d) accumulated in float, then the exact
+// threshold of those float x. It gives the weights (hence the bias) a float backend can be expected to see.
+Routing route_same_precision(const Sequence& s, const std::vector<double>& summaries, const Method& m,
+                             int64_t mask_words = 0);
 
 // Bias d_{i,j} of key j for query i and KV head r under the routing (only meaningful for j in S_i).
 double prior_bias_of(const Routing& rt, const Method& m, int64_t i, int64_t r, int64_t c);
@@ -121,6 +133,10 @@ Attention dense_causal(const Sequence& s, double scale);
 // "Same-precision naive": the same function computed the way a straightforward low-precision kernel would:
 // scores, softmax and accumulation in float, probabilities rounded to the input dtype before P·V, output rounded
 // to out_dtype. Its distance to the float64 result sets the tolerance of a backend (the FlashAttention rule).
+// The attended set comes from rt; the bias from bias_rt (the float routing) where it routes the chunk too.
+Attention attend_same_precision(const Sequence& s, const Routing& rt, const Routing& bias_rt, const Method& m,
+                                DType in_dtype, DType out_dtype);
+// Same, with the bias of rt itself.
 Attention attend_same_precision(const Sequence& s, const Routing& rt, const Method& m, DType in_dtype,
                                 DType out_dtype);
 Attention dense_causal_same_precision(const Sequence& s, double scale, DType in_dtype, DType out_dtype);

@@ -1,0 +1,207 @@
+// Every available backend against the float64 reference on a fixed, seeded sample of the parameter grid.
+//
+// The full grid (lengths × decode shapes × chunk sizes × GQA × head dims × dtypes × priors × layouts × γ × α …)
+// has millions of points; ~150 are drawn so that every value of every axis appears at least once and the
+// scalar float64 reference stays within a minute on two cores. Unavailable backends are reported, not counted.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <sstream>
+#include <vector>
+
+#include "dashattn/dashattn.h"
+#include "reference/checks.h"
+
+using namespace dashattn;
+
+namespace {
+
+const std::vector<int64_t> kLengths = {1, 63, 64, 65, 200, 1000};
+enum class QueryShape { kPrefill, kOne, kThree };
+const std::vector<QueryShape> kQueryShapes = {QueryShape::kPrefill, QueryShape::kOne, QueryShape::kThree};
+const std::vector<int> kChunks = {16, 32, 64, 128};
+const std::vector<int64_t> kGroups = {1, 4, 8, 16};
+const std::vector<int64_t> kKvHeads = {1, 2};
+const std::vector<int64_t> kHeadDims = {64, 128, 256};
+const std::vector<DType> kDtypes = {DType::kF32, DType::kBF16, DType::kF16};
+const std::vector<PriorMode> kPriors = {PriorMode::kEstimateDiagonal, PriorMode::kRaw, PriorMode::kNone};
+const std::vector<ref::Layout> kLayouts = {ref::Layout::kBNHD, ref::Layout::kBHND};
+const std::vector<float> kGammas = {0.0f, 1.0f, 12.0f, 1e4f};  // 0 routes everything; 1e4 routes ~one chunk
+const std::vector<float> kAlphas = {1.5f, 2.0f, 1.25f};
+const std::vector<float> kSigmas = {1e8f, 1.0f};
+const std::vector<int64_t> kBatches = {1, 2};
+const std::vector<bool> kBools = {false, true};
+
+constexpr int kAxes = 15;
+const size_t kAxisSizes[kAxes] = {kLengths.size(), kQueryShapes.size(), kChunks.size(), kGroups.size(),
+                                  kKvHeads.size(), kHeadDims.size(), kDtypes.size(), kPriors.size(),
+                                  kLayouts.size(), kGammas.size(), kAlphas.size(), kSigmas.size(),
+                                  kBatches.size(), kBools.size() /*f32 output*/, kBools.size() /*mean pooling*/};
+
+struct Combo {
+  size_t pick[kAxes];
+  int64_t n() const { return kLengths[pick[0]]; }
+  int64_t n_q() const {
+    switch (kQueryShapes[pick[1]]) {
+      case QueryShape::kOne: return 1;
+      case QueryShape::kThree: return std::min<int64_t>(3, n());
+      default: return n();
+    }
+  }
+  int chunk() const { return kChunks[pick[2]]; }
+  int64_t h_kv() const { return kKvHeads[pick[4]]; }
+  int64_t h_q() const { return kGroups[pick[3]] * h_kv(); }
+  int64_t d() const { return kHeadDims[pick[5]]; }
+  DType dtype() const { return kDtypes[pick[6]]; }
+  PriorMode prior() const { return kPriors[pick[7]]; }
+  ref::Layout layout() const { return kLayouts[pick[8]]; }
+  float gamma() const { return kGammas[pick[9]]; }
+  float alpha() const { return kAlphas[pick[10]]; }
+  float sigma() const { return kSigmas[pick[11]]; }
+  int64_t batch() const { return kBatches[pick[12]]; }
+  bool f32_out() const { return kBools[pick[13]]; }
+  bool mean_pooling() const { return kBools[pick[14]]; }
+
+  // Work of the scalar reference: attended keys × heads × head dim, over the batch.
+  double cost() const { return double(batch()) * n_q() * (n() - n_q() / 2.0) * h_q() * d(); }
+
+  std::string describe() const {
+    std::ostringstream os;
+    os << "b " << batch() << " n_q " << n_q() << " n_k " << n() << " C " << chunk() << " h_q " << h_q() << " h_kv "
+       << h_kv() << " d " << d() << " " << dtype_name(dtype()) << (f32_out() ? "->f32" : "") << " prior "
+       << prior_mode_name(prior()) << " sigma " << sigma() << " gamma " << gamma() << " alpha " << alpha()
+       << (layout() == ref::Layout::kBHND ? " bhnd" : " bnhd") << (mean_pooling() ? " mean-pooling" : "");
+    return os.str();
+  }
+};
+
+constexpr double kCostBudget = 2.5e7;
+
+// Every value of every axis once (the other axes drawn at random within the budget), then random combos.
+std::vector<Combo> sample_grid(size_t total, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  auto draw = [&](Combo& c, int fixed_axis) {
+    for (int a = 0; a < kAxes; ++a)
+      if (a != fixed_axis) c.pick[a] = rng() % kAxisSizes[a];
+  };
+  std::vector<Combo> out;
+  for (int a = 0; a < kAxes; ++a) {
+    for (size_t v = 0; v < kAxisSizes[a]; ++v) {
+      Combo c{};
+      c.pick[a] = v;
+      do draw(c, a); while (c.cost() > kCostBudget);
+      out.push_back(c);
+    }
+  }
+  while (out.size() < total) {
+    Combo c{};
+    do draw(c, -1); while (c.cost() > kCostBudget);
+    out.push_back(c);
+  }
+  return out;
+}
+
+ref::Problem make_problem_for(const Combo& c, uint64_t seed) {
+  ref::ProblemSpec spec;
+  spec.batch = c.batch();
+  spec.n_q = c.n_q();
+  spec.n_k = c.n();
+  spec.h_q = c.h_q();
+  spec.h_kv = c.h_kv();
+  spec.d = c.d();
+  spec.dtype = c.dtype();
+  spec.layout = c.layout();
+  spec.zero_summary_query = c.mean_pooling();
+  spec.seed = seed;
+  return ref::make_problem(spec);
+}
+
+MethodParams method_for(const Combo& c) {
+  MethodParams m;
+  m.chunk_size = c.chunk();
+  m.alpha = c.alpha();
+  m.gamma = c.gamma();
+  m.sigma = c.sigma();
+  m.prior = c.prior();
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("the grid sample covers every value of every axis") {
+  const std::vector<Combo> grid = sample_grid(150, 20240611);
+  CHECK(grid.size() == 150);
+  for (int a = 0; a < kAxes; ++a)
+    for (size_t v = 0; v < kAxisSizes[a]; ++v) {
+      bool seen = false;
+      for (const Combo& c : grid) seen = seen || c.pick[a] == v;
+      INFO("axis " << a << " value " << v);
+      CHECK(seen);
+    }
+}
+
+TEST_CASE("every available backend matches the float64 reference") {
+  std::vector<std::string> unavailable;
+  const std::vector<Backend*> backends = ref::available_backends(&unavailable);
+  for (const std::string& line : unavailable) MESSAGE("backend unavailable, skipped (not counted): " << line);
+  REQUIRE_MESSAGE(!backends.empty(), "no backend is available");
+
+  const std::vector<Combo> grid = sample_grid(150, 20240611);
+  for (Backend* be : backends) {
+    int passed = 0, failed = 0, unsupported = 0;
+    int64_t tie_flips = 0, near_tie_flips = 0, ties_seen = 0;
+    const std::string name = be->name();
+    for (size_t idx = 0; idx < grid.size(); ++idx) {
+      const Combo& c = grid[idx];
+      const ref::Problem pr = make_problem_for(c, 1000 + idx);
+      const MethodParams method = method_for(c);
+      ref::RunOptions opt;
+      opt.out_dtype = c.f32_out() ? DType::kF32 : c.dtype();
+      const ref::RunResult run = ref::run_forward(*be, pr, method, opt);
+      INFO(name << " combo " << idx << ": " << c.describe());
+      if (run.unsupported) {
+        ++unsupported;
+        MESSAGE(name << " unsupported, skipped (not counted): combo " << idx << ": " << run.reason);
+        // The CPU backend is the baseline: it must run every point of the contract's grid.
+        CHECK(be->device_type() != DeviceType::kCpu);
+        continue;
+      }
+      ref::CheckOptions copt;
+      copt.dense_too = c.gamma() == 0.0f && c.prior() == PriorMode::kNone;
+      const ref::CheckReport rep = ref::check_forward(pr, method, run.out, copt);
+      tie_flips += rep.tie_flips;
+      near_tie_flips += rep.near_tie_flips;
+      ties_seen += rep.ties_seen;
+      for (const std::string& t : rep.tie_lines) MESSAGE(name << " combo " << idx << " flip, excluded: " << t);
+      std::string failures;
+      for (const std::string& f : rep.failures) failures += "\n  " + f;
+      CHECK_MESSAGE(rep.pass(), rep.summary() << failures);
+      rep.pass() ? ++passed : ++failed;
+
+      // Every fifth point again with summaries and routing left to the workspace: same outputs.
+      if (idx % 5 == 0) {
+        ref::RunOptions lean = opt;
+        lean.caller_summaries = false;
+        lean.routing_outputs = false;
+        const ref::RunResult again = ref::run_forward(*be, pr, method, lean);
+        REQUIRE_FALSE(again.unsupported);
+        double worst_ulps = 0;
+        const TensorView& a = run.out.o.view;
+        for (int64_t b = 0; b < a.shape[0]; ++b)
+          for (int64_t i = 0; i < a.shape[1]; ++i)
+            for (int64_t h = 0; h < a.shape[2]; ++h)
+              for (int64_t e = 0; e < a.shape[3]; ++e)
+                worst_ulps = std::max(worst_ulps, ref::ulp_distance(ref::load_element(a, b, i, h, e),
+                                                                    ref::load_element(again.out.o.view, b, i, h, e),
+                                                                    opt.out_dtype));
+        CHECK_MESSAGE(worst_ulps <= 1.0, "workspace-only run differs by " << worst_ulps << " ulp");
+      }
+    }
+    MESSAGE(name << ": " << passed << " passed, " << failed << " failed, " << unsupported << " unsupported (skipped); "
+                 << tie_flips << " tie flips of " << ties_seen << " ties, " << near_tie_flips
+                 << " flips within float rounding of x");
+    CHECK(passed > 0);
+  }
+}

@@ -1,0 +1,273 @@
+#include "reference/checks.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <sstream>
+
+#include "dashattn/dashattn.h"
+
+namespace dashattn::ref {
+
+namespace {
+
+// Bytes that decode as NaN in every float dtype and as an absurd integer: anything left unwritten shows.
+void poison(HostTensor& t) { std::memset(t.bytes.data(), 0xff, t.bytes.size()); }
+
+template <typename T>
+T read3(const TensorView& t, int64_t a, int64_t b, int64_t c) {
+  T v;
+  std::memcpy(&v, static_cast<const unsigned char*>(t.data) + t.offset(a, b, c) * sizeof(T), sizeof(T));
+  return v;
+}
+
+uint32_t read_mask_word(const TensorView& t, int64_t b, int64_t r, int64_t row, int64_t w) {
+  uint32_t v;
+  std::memcpy(&v, static_cast<const unsigned char*>(t.data) + t.offset(b, r, row, w) * 4, 4);
+  return v;
+}
+
+std::string where(int64_t s, int64_t i, int64_t r) {
+  std::ostringstream os;
+  os << "seq " << s << " query " << i << " kv head " << r;
+  return os.str();
+}
+
+}  // namespace
+
+RunResult run_forward(Backend& backend, const Problem& pr, const MethodParams& method, const RunOptions& opt) {
+  const ProblemSpec& sp = pr.spec;
+  const int64_t b = pr.varlen() ? 1 : sp.batch, rows = pr.rows_q();
+  const int64_t words = mask_words(pr.padded_n_k(), method.chunk_size);
+  const int64_t chunks = std::max<int64_t>(num_complete_chunks(pr.padded_n_k(), method.chunk_size), 1);
+
+  RunResult res;
+  ForwardOutputs& out = res.out;
+  out.out_dtype = opt.out_dtype;
+  if (pr.varlen()) out.o = make_host_tensor(opt.out_dtype, {rows, sp.h_q, sp.d});
+  else if (sp.layout == Layout::kBHND) out.o = make_host_tensor_bhnd(opt.out_dtype, b, rows, sp.h_q, sp.d);
+  else out.o = make_host_tensor(opt.out_dtype, {b, rows, sp.h_q, sp.d});
+  if (opt.with_lse) out.lse = make_host_tensor(DType::kF32, {b, sp.h_q, rows});
+  if (opt.routing_outputs) {
+    out.mask = make_host_tensor(DType::kU32, {b, sp.h_kv, rows, words});
+    out.tau = make_host_tensor(DType::kF32, {b, sp.h_q, rows});
+    out.mu = make_host_tensor(DType::kF32, {b, sp.h_kv, rows});
+    out.active = make_host_tensor(DType::kI32, {b, sp.h_kv, rows});
+  }
+  if (opt.caller_summaries) out.summaries = make_host_tensor(sp.dtype, {pr.num_sequences(), chunks, sp.h_kv, sp.d});
+  for (HostTensor* t : {&out.o, &out.lse, &out.mask, &out.tau, &out.mu, &out.active, &out.summaries})
+    if (t->view.defined()) poison(*t);
+
+  DeviceProblem dev = upload_problem(backend, pr);
+  DeviceTensor o = upload(backend, out.o), lse = upload(backend, out.lse), mask = upload(backend, out.mask),
+               tau = upload(backend, out.tau), mu = upload(backend, out.mu), active = upload(backend, out.active),
+               summaries = upload(backend, out.summaries);
+  ForwardParams p;
+  p.q = dev.q.view;
+  p.k = dev.k.view;
+  p.v = dev.v.view;
+  p.summary_query = dev.summary_query.view;
+  p.summaries = summaries.view;
+  p.o = o.view;
+  p.lse = lse.view;
+  p.routing.mask = mask.view;
+  p.routing.tau = tau.view;
+  p.routing.mu = mu.view;
+  p.routing.active_chunks = active.view;
+  p.batch = dev.layout;
+  p.method = method;
+  try {
+    forward(backend, p);
+  } catch (const Unsupported& e) {
+    res.unsupported = true;
+    res.reason = e.what();
+    return res;
+  }
+  download(backend, o, out.o);
+  if (opt.with_lse) download(backend, lse, out.lse);
+  if (opt.routing_outputs) {
+    download(backend, mask, out.mask);
+    download(backend, tau, out.tau);
+    download(backend, mu, out.mu);
+    download(backend, active, out.active);
+  }
+  if (opt.caller_summaries) download(backend, summaries, out.summaries);
+  return res;
+}
+
+std::string CheckReport::summary() const {
+  std::ostringstream os;
+  os << rows << " rows, " << tie_rows << " tie rows (" << tie_flips << " tie flips of " << ties_seen
+     << " ties, " << near_tie_flips << " flips within float rounding of x); o " << o.describe() << "; lse " << lse.describe();
+  return os.str();
+}
+
+CheckReport check_forward(const Problem& pr, const MethodParams& method, const ForwardOutputs& out,
+                          const CheckOptions& opt) {
+  CheckReport rep;
+  const Method m = Method::from(method);
+  const int64_t C = m.chunk;
+  const DType dtype = pr.spec.dtype;
+  auto fail = [&](const std::string& line) {
+    if (static_cast<int>(rep.failures.size()) < opt.max_failure_lines) rep.failures.push_back(line);
+    else if (static_cast<int>(rep.failures.size()) == opt.max_failure_lines) rep.failures.push_back("...");
+  };
+  std::vector<double> o_got, o_ref, o_naive, lse_got, lse_ref, lse_naive, dense_ref, dense_naive;
+  int64_t summary_mismatches = 0;
+
+  for (int64_t s = 0; s < pr.num_sequences(); ++s) {
+    const Span sp = pr.span(s);
+    const Sequence seq = pr.sequence(s);
+    const int64_t nc = seq.n_k / C;
+
+    // Stage 0: the backend's summaries against the reference's, then route from the backend's.
+    std::vector<double> summaries = summarize(seq, m);
+    if (out.summaries.view.defined()) {
+      for (int64_t c = 0; c < nc; ++c)
+        for (int64_t r = 0; r < seq.h_kv; ++r)
+          for (int64_t e = 0; e < seq.d; ++e) {
+            double& want = summaries[(c * seq.h_kv + r) * seq.d + e];
+            const double got = load_element(out.summaries.view, s, c, r, e);
+            const bool close = dtype == DType::kF32 ? std::fabs(got - want) <= 1e-5 + 1e-5 * std::fabs(want)
+                                                    : ulp_distance(got, want, dtype) <= 1.0;
+            if (!close || !std::isfinite(got)) {
+              if (++summary_mismatches <= 3) {
+                std::ostringstream os;
+                os << "summary seq " << s << " chunk " << c << " kv head " << r << " dim " << e << ": got " << got
+                   << ", want " << want;
+                fail(os.str());
+              }
+            }
+            want = got;
+          }
+    }
+    const int64_t words = out.mask.view.defined() ? out.mask.view.shape[3] : 0;
+    const Routing rt = route(seq, summaries, m, words);
+    rep.ties_seen += static_cast<int64_t>(rt.ties.size());
+
+    // Stage 1: mask bits, active counts, thresholds.
+    std::vector<char> excluded(seq.n_q * seq.h_kv, 0);
+    if (out.mask.view.defined()) {
+      for (int64_t i = 0; i < seq.n_q; ++i) {
+        const int64_t row = sp.q_begin + i;
+        for (int64_t r = 0; r < seq.h_kv; ++r) {
+          int popcount = 0;
+          for (int64_t w = 0; w < words; ++w) {
+            const uint32_t got = read_mask_word(out.mask.view, sp.batch_index, r, row, w);
+            const uint32_t want = rt.mask_row(r, i)[w];
+            popcount += __builtin_popcount(got);
+            for (int bit = 0; bit < 32; ++bit) {
+              if (((got ^ want) >> bit & 1u) == 0) continue;
+              const int64_t c = w * 32 + bit;
+              const bool tie = c < rt.diagonal[i] && rt.group_tie(i, r, c);
+              const bool near_tie = !tie && c < rt.diagonal[i] && rt.group_near_tie(i, r, c, seq.d);
+              std::ostringstream os;
+              os << where(s, i, r) << " chunk " << c << ": got bit " << ((got >> bit) & 1u) << ", want "
+                 << ((want >> bit) & 1u);
+              if (tie || near_tie) {
+                ++(tie ? rep.tie_flips : rep.near_tie_flips);
+                excluded[i * seq.h_kv + r] = 1;
+                rep.tie_lines.push_back(os.str() + (tie ? " (tie)" : " (within float rounding of x)"));
+              } else {
+                if (c < rt.diagonal[i]) os << " (w " << rt.w(i, r, c) << ")";
+                fail("mask " + os.str());
+              }
+            }
+          }
+          if (out.active.view.defined() && !excluded[i * seq.h_kv + r]) {
+            const int32_t got = read3<int32_t>(out.active.view, sp.batch_index, r, row);
+            if (got != rt.active[r * seq.n_q + i] || got != popcount) {
+              std::ostringstream os;
+              os << "active " << where(s, i, r) << ": got " << got << ", want " << rt.active[r * seq.n_q + i]
+                 << " (mask popcount " << popcount << ")";
+              fail(os.str());
+            }
+          }
+        }
+        if (out.tau.view.defined() && rt.diagonal[i] > 0) {
+          for (int64_t h = 0; h < seq.h_q; ++h) {
+            const double got = read3<float>(out.tau.view, sp.batch_index, h, row);
+            const double want = rt.tau[i * seq.h_q + h];
+            // τ in float (2^-24 relative) on x carrying the rounding of float dot products.
+            const double tol = 1e-6 * std::max(1.0, std::fabs(want)) + 2.0 * rt.float_x_error(i, h, seq.d);
+            if (!(std::fabs(got - want) <= tol)) {
+              std::ostringstream os;
+              os << "tau seq " << s << " query " << i << " head " << h << ": got " << got << ", want " << want
+                 << " (tolerance " << tol << ")";
+              fail(os.str());
+            }
+          }
+        }
+      }
+    }
+    for (int64_t i = 0; i < seq.n_q; ++i)
+      for (int64_t r = 0; r < seq.h_kv; ++r) rep.tie_rows += excluded[i * seq.h_kv + r];
+
+    // Stage 2: o and lse on the rows without tie flips.
+    const Attention want = attend(seq, rt, m);
+    const Routing float_rt = route_same_precision(seq, summaries, m, words);
+    const Attention naive = attend_same_precision(seq, rt, float_rt, m, dtype, out.out_dtype);
+    Attention dense, dense_np;
+    if (opt.dense_too) {
+      dense = dense_causal(seq, m.resolved_scale(seq.d));
+      dense_np = dense_causal_same_precision(seq, m.resolved_scale(seq.d), dtype, out.out_dtype);
+    }
+    for (int64_t i = 0; i < seq.n_q; ++i) {
+      for (int64_t h = 0; h < seq.h_q; ++h) {
+        if (excluded[i * seq.h_kv + h / seq.group()]) continue;
+        const int64_t row = sp.q_begin + i;
+        for (int64_t e = 0; e < seq.d; ++e) {
+          const size_t at = (i * seq.h_q + h) * seq.d + e;
+          o_got.push_back(load_element(out.o.view, sp.batch_index, row, h, e));
+          o_ref.push_back(want.o[at]);
+          o_naive.push_back(naive.o[at]);
+          if (opt.dense_too) {
+            dense_ref.push_back(dense.o[at]);
+            dense_naive.push_back(dense_np.o[at]);
+          }
+        }
+        if (out.lse.view.defined()) {
+          lse_got.push_back(read3<float>(out.lse.view, sp.batch_index, h, row));
+          lse_ref.push_back(want.lse[i * seq.h_q + h]);
+          lse_naive.push_back(naive.lse[i * seq.h_q + h]);
+        }
+      }
+      rep.rows += seq.h_kv;
+    }
+
+    // Padding rows of a padded batch: zeros, −inf, empty mask.
+    if (!pr.varlen()) {
+      for (int64_t row = seq.n_q; row < pr.padded_n_q(); ++row) {
+        for (int64_t h = 0; h < seq.h_q; ++h) {
+          bool zero = true;
+          for (int64_t e = 0; e < seq.d; ++e) zero = zero && load_element(out.o.view, s, row, h, e) == 0.0;
+          if (!zero) fail("padding o " + where(s, row, h / seq.group()) + " head " + std::to_string(h) + " not 0");
+          if (out.lse.view.defined()) {
+            const float l = read3<float>(out.lse.view, s, h, row);
+            if (!(std::isinf(l) && l < 0)) fail("padding lse seq " + std::to_string(s) + " row " + std::to_string(row) +
+                                                ": got " + std::to_string(l) + ", want -inf");
+          }
+        }
+        if (out.mask.view.defined())
+          for (int64_t r = 0; r < seq.h_kv; ++r)
+            for (int64_t w = 0; w < words; ++w)
+              if (read_mask_word(out.mask.view, s, r, row, w) != 0u) fail("padding mask " + where(s, row, r) + " not 0");
+      }
+    }
+  }
+  if (summary_mismatches > 0) fail("summaries: " + std::to_string(summary_mismatches) + " elements differ");
+
+  rep.o = check_tolerance(o_got, o_ref, o_naive, default_atol(out.out_dtype));
+  if (!rep.o.pass()) fail("o: " + rep.o.describe());
+  if (!lse_got.empty()) {
+    rep.lse = check_tolerance(lse_got, lse_ref, lse_naive, 1e-4);
+    if (!rep.lse.pass()) fail("lse: " + rep.lse.describe());
+  }
+  if (opt.dense_too) {
+    const ToleranceCheck d = check_tolerance(o_got, dense_ref, dense_naive, default_atol(out.out_dtype));
+    if (!d.pass()) fail("o vs dense causal attention: " + d.describe());
+  }
+  return rep;
+}
+
+}  // namespace dashattn::ref

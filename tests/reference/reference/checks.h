@@ -1,0 +1,64 @@
+// Running one forward on a backend and checking every output against the float64 reference.
+//
+// The check is stage by stage: the backend's Stage-0 summaries are compared with the reference's (within one
+// unit of the key dtype), then the reference routes and attends from the backend's summaries, so that a summary
+// rounded the other way at a bf16 boundary cannot masquerade as a routing error. Masks must match exactly except
+// on reported ties, and on chunks whose x is within the rounding a float kernel's dot product can carry (with a
+// huge γ that rounding exceeds the contract's 1e-6 tie band); such flips are counted and printed separately.
+// Rows (query, KV head) with a flip are left out of the o/lse comparison.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "reference/backend_io.h"
+#include "reference/reference.h"
+
+namespace dashattn::ref {
+
+// Host copies of what a forward wrote. Varlen outputs carry a leading axis of 1 (o keeps q's rank-3 shape).
+struct ForwardOutputs {
+  DType out_dtype = DType::kF32;
+  HostTensor o, lse, mask, tau, mu, active, summaries;  // summaries undefined when not caller-owned
+};
+
+struct RunOptions {
+  DType out_dtype = DType::kF32;  // q's dtype or f32
+  bool caller_summaries = true;   // pass a caller-owned summary cache (and read it back)
+  bool routing_outputs = true;    // pass caller-owned mask / tau / mu / active_chunks
+  bool with_lse = true;
+};
+
+struct RunResult {
+  bool unsupported = false;
+  std::string reason;  // the Unsupported message when unsupported
+  ForwardOutputs out;
+};
+
+// Allocates the outputs, uploads, runs dashattn::forward on the backend and downloads. An Unsupported error
+// is returned as such; every other exception propagates.
+RunResult run_forward(Backend& backend, const Problem& problem, const MethodParams& method, const RunOptions& opt);
+
+struct CheckReport {
+  int64_t rows = 0;            // (query, KV head) rows compared
+  int64_t tie_rows = 0;        // rows left out of o/lse because of a tie flip
+  int64_t tie_flips = 0;       // mask bits that differ on a tie
+  int64_t near_tie_flips = 0;  // mask bits that differ within the float rounding of x (γ-amplified), not a tie
+  int64_t ties_seen = 0;       // ties the reference reported (flipped or not)
+  ToleranceCheck o, lse;
+  std::vector<std::string> failures;
+  std::vector<std::string> tie_lines;
+
+  bool pass() const { return failures.empty(); }
+  std::string summary() const;
+};
+
+struct CheckOptions {
+  bool dense_too = false;  // also compare o with dense causal attention (γ = 0 with prior none)
+  int max_failure_lines = 12;
+};
+
+CheckReport check_forward(const Problem& problem, const MethodParams& method, const ForwardOutputs& out,
+                          const CheckOptions& opt = {});
+
+}  // namespace dashattn::ref
