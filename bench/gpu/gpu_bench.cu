@@ -1,0 +1,387 @@
+// GPU benchmark of the CUDA backend on the paper's protocol (docs: benchmark-protocol.md).
+//
+//   prefill: b = 1, h_q = 32, h_kv = 2, d = 128, C = 64, bf16, N in --sizes
+//     Stage 0 + Stage 1 on real routing (planted-structure problem from dashattn/synthetic.h),
+//     Stage 2 at random masks of sparsity s (drawn per query chunk, and per token), our dense kernel.
+//   decode: b = 24, one new token over a cache of N; Stage 0 (the chunk the token completes), Stage 1, Stage 2 at
+//     random masks with split-KV, our dense decode.
+// Every figure is the median over many replays of a CUDA graph holding the timed launches (so host-side
+// validation and launch gaps stay out), after warm-up, on non-zero inputs. The inputs exceed the L2 cache at
+// every protocol size, so they are not rotated. Prints JSON lines (one per measurement) and a markdown table.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "attend_launch.cuh"
+#include "dashattn/dashattn.h"
+#include "dashattn/synthetic.h"
+
+namespace {
+
+using namespace dashattn;
+
+#define CK(x)                                                                                  \
+  do {                                                                                         \
+    cudaError_t e_ = (x);                                                                      \
+    if (e_ != cudaSuccess) {                                                                   \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                            \
+    }                                                                                          \
+  } while (0)
+
+struct Options {
+  std::vector<int64_t> sizes{16384, 32768, 65536};
+  std::vector<double> sparsities{0.75, 0.875, 0.9375};
+  int reps = 30;
+  int decode_batch = 24;
+  bool prefill = true, decode = true;
+};
+
+// Device buffer with a view, freed at scope exit.
+struct Buf {
+  void* p = nullptr;
+  size_t bytes = 0;
+  explicit Buf(size_t n) : bytes(n) { CK(cudaMalloc(&p, std::max<size_t>(n, 1))); }
+  ~Buf() { cudaFree(p); }
+  Buf(const Buf&) = delete;
+  Buf& operator=(const Buf&) = delete;
+};
+
+TensorView view(void* p, DType t, std::initializer_list<int64_t> shape) {
+  return make_view(p, t, shape, Device{DeviceType::kCuda, 0});
+}
+
+// Pseudo-normal bf16 fill on the device (sum of four hashed uniforms, variance-matched), never zeros.
+__device__ uint32_t mix(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ull;
+  x ^= x >> 33;
+  return static_cast<uint32_t>(x);
+}
+__global__ void fill_normal_bf16(__nv_bfloat16* out, int64_t n, uint64_t seed, float stddev) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    float s = 0.f;
+    for (int j = 0; j < 4; ++j) s += mix(seed * 0x9e3779b97f4a7c15ull + uint64_t(i) * 4 + j) * 2.3283064e-10f;
+    out[i] = __float2bfloat16((s - 2.0f) * 1.7320508f * stddev);
+  }
+}
+void fill(void* p, int64_t n, uint64_t seed, float stddev) {
+  fill_normal_bf16<<<1024, 256>>>(static_cast<__nv_bfloat16*>(p), n, seed, stddev);
+  CK(cudaGetLastError());
+}
+
+// Median time (ms) of one replay of the graph captured from body.
+double time_ms(cudaStream_t st, int reps, const std::function<void(cudaStream_t)>& body) {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+  body(st);
+  CK(cudaStreamEndCapture(st, &graph));
+  CK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int i = 0; i < 3; ++i) CK(cudaGraphLaunch(exec, st));
+  CK(cudaStreamSynchronize(st));
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  std::vector<float> t;
+  for (int i = 0; i < reps; ++i) {
+    CK(cudaEventRecord(a, st));
+    CK(cudaGraphLaunch(exec, st));
+    CK(cudaEventRecord(b, st));
+    CK(cudaEventSynchronize(b));
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(ms);
+  }
+  CK(cudaEventDestroy(a));
+  CK(cudaEventDestroy(b));
+  CK(cudaGraphExecDestroy(exec));
+  CK(cudaGraphDestroy(graph));
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+void emit(const std::string& mode, int64_t n, const std::string& what, double ms, const std::string& extra = "") {
+  std::printf("{\"mode\":\"%s\",\"n\":%lld,\"what\":\"%s\",\"ms\":%.5f%s%s}\n", mode.c_str(), (long long)n,
+              what.c_str(), ms, extra.empty() ? "" : ",", extra.c_str());
+  std::fflush(stdout);
+}
+
+// Random routing mask [b, h_kv, rows, words] for queries at the end of n_k keys: each routable chunk kept with
+// probability 1 − s, diagonal always set. per_query_chunk: the 64 queries of a query chunk share the draw.
+std::vector<uint32_t> random_mask(int64_t b, int64_t h_kv, int64_t rows, int64_t n_k, int64_t chunk, int64_t words,
+                                  double s, bool per_query_chunk, uint64_t seed, double* kept_fraction) {
+  std::vector<uint32_t> m(static_cast<size_t>(b * h_kv * rows * words), 0u);
+  std::mt19937_64 rng(seed);
+  const uint64_t keep_below = static_cast<uint64_t>((1.0 - s) * 18446744073709551615.0);
+  double kept = 0, routable = 0;
+  std::vector<uint32_t> shared;
+  for (int64_t bi = 0; bi < b; ++bi)
+    for (int64_t r = 0; r < h_kv; ++r) {
+      int64_t last_qc = -1;
+      for (int64_t i = 0; i < rows; ++i) {
+        const int64_t pos = n_k - rows + i, diag = pos / chunk;
+        uint32_t* row = &m[static_cast<size_t>(((bi * h_kv + r) * rows + i) * words)];
+        if (per_query_chunk && diag == last_qc) {
+          std::copy(shared.begin(), shared.end(), row);
+        } else {
+          for (int64_t c = 0; c < diag; ++c)
+            if (rng() < keep_below) row[c >> 5] |= 1u << (c & 31);
+          shared.assign(row, row + words);
+          last_qc = diag;
+        }
+        for (int64_t c = 0; c < diag; ++c) kept += (row[c >> 5] >> (c & 31)) & 1u;
+        routable += static_cast<double>(diag);
+        row[diag >> 5] |= 1u << (diag & 31);
+      }
+    }
+  *kept_fraction = routable > 0 ? kept / routable : 0;
+  return m;
+}
+
+struct Row {
+  std::string mode;
+  int64_t n;
+  double dense = 0, s0 = 0, s1 = 0, sparsity_real = 0;
+  std::vector<double> s2_chunk, s2_token;
+  double extra_gb = 0;
+};
+
+Row bench_prefill(Backend& be, const Options& o, int64_t n, cudaStream_t st) {
+  Row row{"prefill", n};
+  const int64_t h_q = 32, h_kv = 2, d = 128, C = 64;
+  synthetic::Config cfg;
+  cfg.n = n;
+  cfg.h_q = h_q;
+  cfg.h_kv = h_kv;
+  cfg.d = d;
+  cfg.chunk = C;
+  cfg.num_needles = 16;
+  cfg.seed = 7;
+  synthetic::Problem pr = synthetic::generate(cfg);
+  const auto qh = synthetic::convert(pr.q, DType::kBF16), kh = synthetic::convert(pr.k, DType::kBF16),
+             vh = synthetic::convert(pr.v, DType::kBF16), sqh = synthetic::convert(pr.summary_query, DType::kBF16);
+  Buf q(qh.size()), k(kh.size()), v(vh.size()), sq(sqh.size()), out(qh.size());
+  CK(cudaMemcpy(q.p, qh.data(), qh.size(), cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(k.p, kh.data(), kh.size(), cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(v.p, vh.data(), vh.size(), cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(sq.p, sqh.data(), sqh.size(), cudaMemcpyHostToDevice));
+  const int64_t nc = n / C, words = mask_words(n, C);
+  Buf summ(size_t(nc * h_kv * d * 2)), mask(size_t(h_kv * n * words * 4)), tau(size_t(h_q * n * 4)),
+      mu(size_t(h_kv * n * 4)), active(size_t(h_kv * n * 4));
+  MethodParams m;
+  m.chunk_size = C;
+
+  SummarizeParams sp;
+  sp.k = view(k.p, DType::kBF16, {1, n, h_kv, d});
+  sp.summary_query = view(sq.p, DType::kBF16, {h_kv, d});
+  sp.summaries = view(summ.p, DType::kBF16, {1, nc, h_kv, d});
+  sp.method = m;
+  RouteParams rp;
+  rp.q = view(q.p, DType::kBF16, {1, n, h_q, d});
+  rp.summaries = sp.summaries;
+  rp.n_k = n;
+  rp.method = m;
+  rp.routing.mask = view(mask.p, DType::kU32, {1, h_kv, n, words});
+  rp.routing.tau = view(tau.p, DType::kF32, {1, h_q, n});
+  rp.routing.mu = view(mu.p, DType::kF32, {1, h_kv, n});
+  rp.routing.active_chunks = view(active.p, DType::kI32, {1, h_kv, n});
+  row.s0 = time_ms(st, o.reps, [&](cudaStream_t s) { sp.stream = s; summarize(be, sp); });
+  emit("prefill", n, "stage0", row.s0);
+  row.s1 = time_ms(st, o.reps, [&](cudaStream_t s) { rp.stream = s; route(be, rp); });
+  CK(cudaStreamSynchronize(st));
+  std::vector<int32_t> act(static_cast<size_t>(h_kv * n));
+  CK(cudaMemcpy(act.data(), active.p, act.size() * 4, cudaMemcpyDeviceToHost));
+  const RoutingStats rs = routing_stats(make_view(act.data(), DType::kI32, {1, h_kv, n}), BatchLayout{}, n, n, C);
+  row.sparsity_real = rs.sparsity;
+  emit("prefill", n, "stage1", row.s1, "\"real_sparsity\":" + std::to_string(rs.sparsity));
+
+  DenseParams dp;
+  dp.q = rp.q;
+  dp.k = sp.k;
+  dp.v = view(v.p, DType::kBF16, {1, n, h_kv, d});
+  dp.o = view(out.p, DType::kBF16, {1, n, h_q, d});
+  row.dense = time_ms(st, std::max(5, o.reps / 3), [&](cudaStream_t s) { dp.stream = s; dense_attention(be, dp); });
+  emit("prefill", n, "dense_ours", row.dense);
+
+  AttendParams ap;
+  ap.q = rp.q;
+  ap.k = sp.k;
+  ap.v = dp.v;
+  ap.summaries = sp.summaries;
+  ap.routing = rp.routing;
+  ap.o = dp.o;
+  ap.method = m;
+  for (int per_token = 0; per_token < 2; ++per_token) {
+    for (double s : o.sparsities) {
+      double kept = 0;
+      const auto mh = random_mask(1, h_kv, n, n, C, words, s, !per_token, 1234 + per_token, &kept);
+      CK(cudaMemcpy(mask.p, mh.data(), mh.size() * 4, cudaMemcpyHostToDevice));
+      const double ms = time_ms(st, o.reps, [&](cudaStream_t st2) { ap.stream = st2; attend(be, ap); });
+      (per_token ? row.s2_token : row.s2_chunk).push_back(ms);
+      emit("prefill", n, std::string("stage2_") + (per_token ? "token" : "chunk"), ms,
+           "\"s\":" + std::to_string(s) + ",\"kept\":" + std::to_string(kept));
+    }
+  }
+  // Extra device memory of the method beyond q, k, v, o and the summaries.
+  row.extra_gb = double(mask.bytes + tau.bytes + mu.bytes + active.bytes) / 1e9;
+  emit("prefill", n, "extra_memory", 0.0, "\"gb\":" + std::to_string(row.extra_gb));
+  return row;
+}
+
+Row bench_decode(Backend& be, const Options& o, int64_t n, cudaStream_t st) {
+  Row row{"decode", n};
+  const int64_t b = o.decode_batch, h_q = 32, h_kv = 2, d = 128, C = 64;
+  Buf q(size_t(b * h_q * d * 2)), k(size_t(b * n * h_kv * d * 2)), v(size_t(b * n * h_kv * d * 2)),
+      sq(size_t(h_kv * d * 2)), out(size_t(b * h_q * d * 2));
+  // Random keys; queries scaled so that the routing scores spread over several units (sparse routing, as a
+  // trained model's), small summary query.
+  fill(k.p, b * n * h_kv * d, 1, 1.0f);
+  fill(v.p, b * n * h_kv * d, 2, 1.0f);
+  fill(q.p, b * h_q * d, 3, 16.0f);
+  fill(sq.p, h_kv * d, 4, 0.05f);
+  const int64_t nc = n / C, words = mask_words(n, C);
+  Buf summ(size_t(b * nc * h_kv * d * 2)), mask(size_t(b * h_kv * words * 4)), tau(size_t(b * h_q * 4)),
+      mu(size_t(b * h_kv * 4)), active(size_t(b * h_kv * 4));
+  MethodParams m;
+  m.chunk_size = C;
+  SummarizeParams sp;
+  sp.k = view(k.p, DType::kBF16, {b, n, h_kv, d});
+  sp.summary_query = view(sq.p, DType::kBF16, {h_kv, d});
+  sp.summaries = view(summ.p, DType::kBF16, {b, nc, h_kv, d});
+  sp.method = m;
+  summarize(be, sp);  // the cache of every earlier chunk
+  sp.first_chunk = nc - 1;  // the step's own work: the chunk the new token completes
+  RouteParams rp;
+  rp.q = view(q.p, DType::kBF16, {b, 1, h_q, d});
+  rp.summaries = sp.summaries;
+  rp.n_k = n;
+  rp.method = m;
+  rp.routing.mask = view(mask.p, DType::kU32, {b, h_kv, 1, words});
+  rp.routing.tau = view(tau.p, DType::kF32, {b, h_q, 1});
+  rp.routing.mu = view(mu.p, DType::kF32, {b, h_kv, 1});
+  rp.routing.active_chunks = view(active.p, DType::kI32, {b, h_kv, 1});
+  row.s0 = time_ms(st, o.reps * 3, [&](cudaStream_t s) { sp.stream = s; summarize(be, sp); });
+  emit("decode", n, "stage0", row.s0);
+  row.s1 = time_ms(st, o.reps * 3, [&](cudaStream_t s) { rp.stream = s; route(be, rp); });
+  CK(cudaStreamSynchronize(st));
+  std::vector<int32_t> act(static_cast<size_t>(b * h_kv));
+  CK(cudaMemcpy(act.data(), active.p, act.size() * 4, cudaMemcpyDeviceToHost));
+  const RoutingStats rs = routing_stats(make_view(act.data(), DType::kI32, {b, h_kv, 1}), BatchLayout{}, 1, n, C);
+  row.sparsity_real = rs.sparsity;
+  emit("decode", n, "stage1", row.s1, "\"real_sparsity\":" + std::to_string(rs.sparsity));
+
+  DenseParams dp;
+  dp.q = rp.q;
+  dp.k = sp.k;
+  dp.v = view(v.p, DType::kBF16, {b, n, h_kv, d});
+  dp.o = view(out.p, DType::kBF16, {b, 1, h_q, d});
+  const ProblemShape shape = attend_shape([&] {
+    AttendParams a;
+    a.q = dp.q; a.k = dp.k; a.v = dp.v; a.o = dp.o; a.method = m;
+    a.routing.mask = rp.routing.mask; a.summaries = sp.summaries; a.routing.tau = rp.routing.tau; a.routing.mu = rp.routing.mu;
+    return a;
+  }());
+  const size_t ws_bytes = std::max(cuda::attend_workspace_bytes(shape, false), cuda::attend_workspace_bytes(shape, true));
+  Buf ws(ws_bytes);
+  row.dense = time_ms(st, o.reps * 3, [&](cudaStream_t s) {
+    cuda::launch_dense(normalize_dense(dp), shape, ws.p, ws.bytes, s);
+  });
+  emit("decode", n, "dense_ours", row.dense);
+  AttendParams ap;
+  ap.q = rp.q;
+  ap.k = sp.k;
+  ap.v = dp.v;
+  ap.summaries = sp.summaries;
+  ap.routing = rp.routing;
+  ap.o = dp.o;
+  ap.method = m;
+  const AttendParams apn = normalize_attend(ap);
+  for (double s : o.sparsities) {
+    double kept = 0;
+    const auto mh = random_mask(b, h_kv, 1, n, C, words, s, false, 99, &kept);
+    CK(cudaMemcpy(mask.p, mh.data(), mh.size() * 4, cudaMemcpyHostToDevice));
+    const double ms = time_ms(st, o.reps * 3, [&](cudaStream_t s2) { cuda::launch_attend(apn, shape, ws.p, ws.bytes, s2); });
+    row.s2_token.push_back(ms);
+    emit("decode", n, "stage2_token", ms, "\"s\":" + std::to_string(s) + ",\"kept\":" + std::to_string(kept));
+  }
+  row.extra_gb = double(mask.bytes + tau.bytes + mu.bytes + active.bytes + ws.bytes) / 1e9;
+  emit("decode", n, "extra_memory", 0.0, "\"gb\":" + std::to_string(row.extra_gb));
+  return row;
+}
+
+void print_table(const std::vector<Row>& rows, const Options& o) {
+  std::printf("\n| mode | N | ours dense ms | Stage 0 ms | Stage 1 ms | real sparsity |");
+  for (double s : o.sparsities) std::printf(" S2 %.2f%% chunk / token ms |", s * 100);
+  std::printf(" extra GB |\n|---|---|---|---|---|---|");
+  for (size_t i = 0; i < o.sparsities.size(); ++i) std::printf("---|");
+  std::printf("---|\n");
+  for (const Row& r : rows) {
+    std::printf("| %s | %lldK | %.3f | %.4f | %.4f | %.3f |", r.mode.c_str(), (long long)(r.n / 1024), r.dense, r.s0,
+                r.s1, r.sparsity_real);
+    for (size_t i = 0; i < o.sparsities.size(); ++i) {
+      if (i < r.s2_chunk.size()) std::printf(" %.3f / %.3f |", r.s2_chunk[i], r.s2_token[i]);
+      else std::printf(" %.3f |", i < r.s2_token.size() ? r.s2_token[i] : 0.0);
+    }
+    std::printf(" %.3f |\n", r.extra_gb);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() { return std::string(i + 1 < argc ? argv[++i] : ""); };
+    if (a == "--sizes") {
+      o.sizes.clear();
+      std::string s = next();
+      for (size_t p = 0; p < s.size();) {
+        size_t e = s.find(',', p);
+        o.sizes.push_back(std::stoll(s.substr(p, e - p)));
+        p = e == std::string::npos ? s.size() : e + 1;
+      }
+    } else if (a == "--reps") {
+      o.reps = std::stoi(next());
+    } else if (a == "--prefill-only") {
+      o.decode = false;
+    } else if (a == "--decode-only") {
+      o.prefill = false;
+    } else {
+      std::fprintf(stderr, "usage: %s [--sizes 16384,32768,65536] [--reps 30] [--prefill-only|--decode-only]\n",
+                   argv[0]);
+      return 2;
+    }
+  }
+  Backend* be = Registry::instance().find("cuda");
+  if (!be || !be->probe().available) {
+    std::printf("no CUDA device: %s\n", be ? be->probe().reason.c_str() : "backend not compiled in");
+    return 77;
+  }
+  std::printf("{\"device\":\"%s\"}\n", be->probe().reason.c_str());
+  cudaStream_t st;
+  CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  std::vector<Row> rows;
+  try {
+    for (int64_t n : o.sizes) {
+      if (o.prefill) rows.push_back(bench_prefill(*be, o, n, st));
+      if (o.decode) rows.push_back(bench_decode(*be, o, n, st));
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    print_table(rows, o);
+    return 1;
+  }
+  print_table(rows, o);
+  return 0;
+}

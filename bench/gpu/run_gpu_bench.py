@@ -1,0 +1,109 @@
+"""Runs the CUDA benchmark and the PyTorch baselines in one command and merges them into the table of
+benchmark-protocol.md (our columns added). Usage:
+    python3 bench/gpu/run_gpu_bench.py --bench build/bench/gpu/dashattn_gpu_bench [--sizes ...] [--out DIR]
+Writes bench.jsonl (every measurement) and table.md to --out, and prints the table last.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+
+def run_jsonl(cmd, log):
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    log.write(proc.stdout)
+    rows = []
+    for line in proc.stdout.splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                pass
+    if proc.returncode != 0:
+        sys.stderr.write(f"{' '.join(cmd)} exited with {proc.returncode}\n{proc.stdout[-3000:]}\n")
+    return rows
+
+
+def fmt(x, nd=3):
+    return "n/a" if x is None else f"{x:.{nd}f}"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bench", required=True)
+    ap.add_argument("--sizes", default="16384,32768,65536")
+    ap.add_argument("--reps", default="30")
+    ap.add_argument("--out", default=".")
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    here = os.path.dirname(os.path.abspath(__file__))
+    with open(os.path.join(args.out, "bench.jsonl"), "w") as log:
+        ours = run_jsonl([args.bench, "--sizes", args.sizes, "--reps", args.reps], log)
+        torch_rows = run_jsonl([sys.executable, os.path.join(here, "torch_baselines.py"), "--sizes", args.sizes], log)
+    info = {}
+    for r in ours + torch_rows:
+        if "device" in r:
+            info.update({k: v for k, v in r.items()})
+    m = {}
+    for r in ours + torch_rows:
+        if "mode" in r and "ms" in r:
+            m[(r["mode"], r["n"], r["what"], r.get("s"))] = r
+    sp = [0.75, 0.875, 0.9375]
+    out = []
+    out.append(f"GPU: {info.get('device', '?')}; torch {info.get('torch', '?')}, CUDA {info.get('cuda', '?')}, "
+               f"cuDNN {info.get('cudnn', '?')}. Medians in ms.")
+    out.append("")
+    out.append("Prefill, b = 1 (S2 = Stage 2 with the random mask drawn per query chunk / per token; total = Stage 0+1 "
+               "+ S2(chunk draw); speedup = best dense / total):")
+    out.append("")
+    out.append("| N | cuDNN | FA2 | ours dense | Stage 0+1 | real sparsity | " +
+               " | ".join(f"S2 {s*100:g}%" for s in sp) + " | " +
+               " | ".join(f"speedup {s*100:g}%" for s in sp) + " | " +
+               " | ".join(f"flex {s*100:g}%" for s in sp) + " | extra GB |")
+    out.append("|" + "---|" * (6 + 3 * len(sp) + 1))
+    sizes = [int(s) for s in args.sizes.split(",")]
+
+    def get(mode, n, what, s=None):
+        r = m.get((mode, n, what, s))
+        return r["ms"] if r else None
+
+    for mode in ("prefill", "decode"):
+        if mode == "decode":
+            out.append("")
+            out.append("Decode, b = 24, one new token (S2 with split-KV; total = Stage 0+1 + S2):")
+            out.append("")
+            out.append("| N | cuDNN | FA2 | ours dense | Stage 0+1 | real sparsity | " +
+                       " | ".join(f"S2 {s*100:g}%" for s in sp) + " | " +
+                       " | ".join(f"speedup {s*100:g}%" for s in sp) + " | extra GB |")
+            out.append("|" + "---|" * (6 + 2 * len(sp) + 1))
+        for n in sizes:
+            cud, fa = get(mode, n, "sdpa_cudnn"), get(mode, n, "sdpa_flash")
+            best = min([x for x in (cud, fa) if x is not None], default=None)
+            s0, s1 = get(mode, n, "stage0"), get(mode, n, "stage1")
+            s01 = (s0 or 0) + (s1 or 0) if s0 is not None and s1 is not None else None
+            real = next((r.get("real_sparsity") for r in ours if r.get("mode") == mode and r.get("n") == n
+                         and r.get("what") == "stage1"), None)
+            extra = next((r.get("gb") for r in ours if r.get("mode") == mode and r.get("n") == n
+                          and r.get("what") == "extra_memory"), None)
+            cells = [f"{n // 1024}K", fmt(cud), fmt(fa), fmt(get(mode, n, "dense_ours")), fmt(s01, 4), fmt(real)]
+            s2s, spd, flx = [], [], []
+            for s in sp:
+                c = get(mode, n, "stage2_chunk", s) if mode == "prefill" else get(mode, n, "stage2_token", s)
+                t = get(mode, n, "stage2_token", s)
+                s2s.append(f"{fmt(c)} / {fmt(t)}" if mode == "prefill" else fmt(t))
+                tot = (s01 + c) if (s01 is not None and c is not None) else None
+                spd.append(f"{best / tot:.2f}x" if (best and tot) else "n/a")
+                f = get(mode, n, "flex_block_sparse", s)
+                flx.append(f"{fmt(f)} ({best / f:.2f}x)" if (f and best) else "n/a")
+            row = cells + s2s + spd + (flx if mode == "prefill" else []) + [fmt(extra)]
+            out.append("| " + " | ".join(row) + " |")
+    text = "\n".join(out)
+    with open(os.path.join(args.out, "table.md"), "w") as f:
+        f.write(text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,105 @@
+"""Dense and block-sparse baselines of the GPU benchmark, timed in the same command as our kernels.
+
+PyTorch SDPA with the cuDNN and the FlashAttention backends (prefill b=1 causal, decode b=24 one query), and
+FlexAttention with a random block-sparse BlockMask of 128 x 128 tiles shared by all heads at each sparsity
+(prefill). Medians of CUDA-event timings after warm-up, on random (never zero) bf16 inputs. One JSON object per
+line on stdout.
+"""
+import argparse
+import json
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+
+def median_ms(fn, reps=20, warmup=3):
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        a = torch.cuda.Event(enable_timing=True)
+        b = torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def emit(**kw):
+    print(json.dumps(kw), flush=True)
+
+
+def sdpa(backend, q, k, v, causal):
+    def run():
+        with sdpa_kernel([backend]):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+    return run
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", default="16384,32768,65536")
+    ap.add_argument("--sparsities", default="0.75,0.875,0.9375")
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--decode-batch", type=int, default=24)
+    args = ap.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    sparsities = [float(s) for s in args.sparsities.split(",")]
+    dev = "cuda"
+    emit(device=torch.cuda.get_device_name(), torch=torch.__version__, cuda=torch.version.cuda,
+         cudnn=torch.backends.cudnn.version())
+    hq, hkv, d = 32, 2, 128
+    flex = None
+    try:
+        from torch.nn.attention.flex_attention import flex_attention, create_block_mask  # noqa: F401
+        flex = torch.compile(flex_attention, dynamic=False)
+    except Exception as e:  # pragma: no cover - reported, not fatal
+        emit(error=f"flex_attention unavailable: {e}")
+    for n in sizes:
+        g = torch.Generator(device=dev).manual_seed(n)
+        q = torch.randn(1, hq, n, d, device=dev, dtype=torch.bfloat16, generator=g)
+        k = torch.randn(1, hkv, n, d, device=dev, dtype=torch.bfloat16, generator=g)
+        v = torch.randn(1, hkv, n, d, device=dev, dtype=torch.bfloat16, generator=g)
+        for name, be in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
+            try:
+                emit(mode="prefill", n=n, what=f"sdpa_{name}", ms=median_ms(sdpa(be, q, k, v, True), args.reps))
+            except Exception as e:
+                emit(mode="prefill", n=n, what=f"sdpa_{name}", error=str(e)[:200])
+        if flex is not None:
+            from torch.nn.attention.flex_attention import create_block_mask
+            blocks = n // 128
+            for s in sparsities:
+                keep = torch.rand(blocks, blocks, device=dev, generator=g) >= s
+                keep |= torch.eye(blocks, dtype=torch.bool, device=dev)
+
+                def mask_mod(b, h, qi, ki, keep=keep):
+                    return (ki <= qi) & keep[qi // 128, ki // 128]
+                try:
+                    bm = create_block_mask(mask_mod, 1, 1, n, n, device=dev, BLOCK_SIZE=128)
+                    ms = median_ms(lambda: flex(q, k, v, block_mask=bm, enable_gqa=True), args.reps)
+                    emit(mode="prefill", n=n, what="flex_block_sparse", s=s, ms=ms)
+                except Exception as e:
+                    emit(mode="prefill", n=n, what="flex_block_sparse", s=s, error=str(e)[:200])
+        del q, k, v
+        b = args.decode_batch
+        q = torch.randn(b, hq, 1, d, device=dev, dtype=torch.bfloat16, generator=g)
+        k = torch.randn(b, hkv, n, d, device=dev, dtype=torch.bfloat16, generator=g)
+        v = torch.randn(b, hkv, n, d, device=dev, dtype=torch.bfloat16, generator=g)
+        for name, be in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
+            try:
+                emit(mode="decode", n=n, what=f"sdpa_{name}", ms=median_ms(sdpa(be, q, k, v, False), args.reps * 3))
+            except Exception as e:
+                emit(mode="decode", n=n, what=f"sdpa_{name}", error=str(e)[:200])
+        del q, k, v
+        torch.cuda.empty_cache()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

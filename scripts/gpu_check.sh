@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# One command on a CUDA machine: configure + build with the CUDA backend, run the CPU and GPU test suites,
+# compute-sanitizer (memcheck, racecheck, initcheck, synccheck) on the reduced GPU tests, then the benchmark.
+# Logs go to $OUT (default ./gpu-check-out); a short summary table is printed last.
+#   scripts/gpu_check.sh [--no-bench] [--sizes 16384,32768,65536] [--arch 90a]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/gpu-check-out}
+mkdir -p "$OUT"
+BUILD=${BUILD:-build-gpu}
+ARCH=90a
+SIZES=16384,32768,65536
+BENCH=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --no-bench) BENCH=0 ;;
+    --sizes) SIZES=$2; shift ;;
+    --arch) ARCH=$2; shift ;;
+    *) echo "unknown argument $1"; exit 2 ;;
+  esac
+  shift
+done
+JOBS=$(nproc)
+summary=()
+note() { summary+=("$1"); echo "== $1"; }
+
+{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; nvcc --version | tail -1;
+  python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'; } 2>&1 | tee "$OUT/env.log"
+
+bench_flag=OFF
+[ -f bench/CMakeLists.txt ] && bench_flag=ON
+t0=$(date +%s)
+if ! cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDASHATTN_WITH_CUDA=ON \
+     -DDASHATTN_CUDA_ARCHITECTURES="$ARCH" -DDASHATTN_BUILD_BENCH=$bench_flag >"$OUT/build.log" 2>&1; then
+  note "configure: FAILED (see build.log)"; tail -40 "$OUT/build.log"; printf '%s\n' "${summary[@]}"; exit 1
+fi
+# Keep going past failing targets so that one broken test area does not hide the others.
+if ninja -C "$BUILD" -k 0 -j"$JOBS" >>"$OUT/build.log" 2>&1; then
+  note "build: ok ($(( $(date +%s) - t0 )) s)"
+else
+  note "build: some targets FAILED ($(( $(date +%s) - t0 )) s): $(grep -c '^FAILED' "$OUT/build.log") failures"
+  grep -A4 '^FAILED' "$OUT/build.log" | grep -E 'FAILED|error' | head -12
+fi
+
+ctest --test-dir "$BUILD" --output-on-failure -j8 --timeout 600 >"$OUT/ctest.log" 2>&1
+note "ctest: $(grep -E 'tests passed|tests failed' "$OUT/ctest.log" | tail -1)"
+grep -E "Failed|\*\*\*" "$OUT/ctest.log" | head -20
+
+: >"$OUT/sanitizer.log"
+for t in "$BUILD"/tests/cuda/test_cuda_*; do
+  [ -x "$t" ] || continue
+  for tool in memcheck racecheck initcheck synccheck; do
+    compute-sanitizer --tool $tool --error-exitcode 3 "$t" -tc='cuda small grid*' >>"$OUT/sanitizer.log" 2>&1
+    rc=$?
+    note "sanitizer $tool $(basename "$t"): $([ $rc -eq 0 ] && echo clean || echo "rc=$rc")"
+  done
+done
+
+if [ $BENCH = 1 ]; then
+  if [ -x "$BUILD/bench/gpu/dashattn_gpu_bench" ]; then
+    python3 bench/gpu/run_gpu_bench.py --bench "$BUILD/bench/gpu/dashattn_gpu_bench" --sizes "$SIZES" \
+      --out "$OUT" >"$OUT/bench.log" 2>&1
+    note "bench: rc=$?"
+  else
+    note "bench: binary missing"
+  fi
+fi
+echo
+printf '%s\n' "${summary[@]}"
+[ -f "$OUT/table.md" ] && cat "$OUT/table.md"
