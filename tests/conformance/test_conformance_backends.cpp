@@ -77,7 +77,7 @@ struct Combo {
   }
 };
 
-constexpr double kCostBudget = 2.5e7;
+constexpr double kCostBudget = 1e8;
 
 // Every value of every axis once (the other axes drawn at random within the budget), then random combos.
 std::vector<Combo> sample_grid(size_t total, uint64_t seed) {
@@ -203,5 +203,61 @@ TEST_CASE("every available backend matches the float64 reference") {
                  << tie_flips << " tie flips of " << ties_seen << " ties, " << near_tie_flips
                  << " flips within float rounding of x");
     CHECK(passed > 0);
+  }
+}
+
+// The checker itself must fail on wrong outputs, or the conformance above proves nothing.
+TEST_CASE("the conformance check rejects wrong outputs") {
+  const std::vector<Backend*> backends = ref::available_backends();
+  REQUIRE(!backends.empty());
+  Backend& be = *backends.front();
+  ref::ProblemSpec spec;
+  spec.n_q = spec.n_k = 300;
+  spec.h_q = 8;
+  spec.h_kv = 2;
+  spec.d = 64;
+  spec.dtype = DType::kBF16;
+  spec.seed = 42;
+  const ref::Problem pr = ref::make_problem(spec);
+  MethodParams method;
+  method.chunk_size = 16;
+  method.gamma = 12.0f;
+  method.sigma = 1.0f;
+  ref::RunOptions opt;
+  opt.out_dtype = DType::kBF16;
+  const ref::RunResult run = ref::run_forward(be, pr, method, opt);
+  REQUIRE_FALSE(run.unsupported);
+  REQUIRE(ref::check_forward(pr, method, run.out).pass());
+
+  SUBCASE("a different prior strength") {
+    MethodParams other = method;
+    other.sigma = 1e8f;
+    CHECK_FALSE(ref::check_forward(pr, other, run.out).pass());
+  }
+  SUBCASE("a different prior mode") {
+    MethodParams other = method;
+    other.prior = PriorMode::kRaw;
+    CHECK_FALSE(ref::check_forward(pr, other, run.out).pass());
+  }
+  SUBCASE("one mask bit flipped") {
+    ref::ForwardOutputs bad = run.out;
+    // Query 299 of KV head 1 has 18 routable chunks; flip chunk 3 of its row.
+    uint32_t* word = static_cast<uint32_t*>(bad.mask.view.data) + bad.mask.view.offset(0, 1, 299, 0);
+    *word ^= 1u << 3;
+    const ref::CheckReport rep = ref::check_forward(pr, method, bad);
+    CHECK_FALSE(rep.pass());
+  }
+  SUBCASE("one output element off by a few bf16 ulps") {
+    ref::ForwardOutputs bad = run.out;
+    const int64_t at = bad.o.view.offset(0, 200, 5, 17);
+    const float v = ref::load_element(bad.o.view, 0, 200, 5, 17);
+    store_from_float(bad.o.bytes.data() + at * 2, DType::kBF16, v + 0.05f);
+    CHECK_FALSE(ref::check_forward(pr, method, bad).pass());
+  }
+  SUBCASE("an lse off by 1e-3") {
+    ref::ForwardOutputs bad = run.out;
+    float* lse = static_cast<float*>(bad.lse.view.data);
+    lse[bad.lse.view.offset(0, 3, 250)] += 1e-3f;
+    CHECK_FALSE(ref::check_forward(pr, method, bad).pass());
   }
 }
