@@ -1,0 +1,319 @@
+// Cached decoding equals prefill: dashattn::Decoder steps of one and several tokens, across chunk boundaries, and
+// ForwardParams with a caller-owned summary cache, on every available backend.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "dashattn/dashattn.h"
+#include "reference/checks.h"
+
+using namespace dashattn;
+
+namespace {
+
+// Rows [begin, begin + count) of a padded [b, n, h, d] host tensor as a contiguous [b, count, h, d] tensor.
+ref::HostTensor slice_rows(const ref::HostTensor& t, int64_t begin, int64_t count) {
+  const TensorView& v = t.view;
+  ref::HostTensor out = ref::make_host_tensor(v.dtype, {v.shape[0], count, v.shape[2], v.shape[3]});
+  const int64_t es = dtype_size(v.dtype);
+  for (int64_t b = 0; b < v.shape[0]; ++b)
+    for (int64_t i = 0; i < count; ++i)
+      for (int64_t h = 0; h < v.shape[2]; ++h)
+        std::memcpy(out.bytes.data() + out.view.offset(b, i, h, 0) * es,
+                    t.bytes.data() + v.offset(b, begin + i, h, 0) * es, static_cast<size_t>(v.shape[3] * es));
+  return out;
+}
+
+struct Comparison {
+  double worst_ulps = 0;
+  int64_t not_bitwise = 0, elements = 0;
+};
+
+// o rows [begin, begin + count) of the prefill output against a step output [b, count, h, d].
+void compare_o(const TensorView& prefill, const TensorView& step, int64_t begin, DType dtype, Comparison* c) {
+  for (int64_t b = 0; b < step.shape[0]; ++b)
+    for (int64_t i = 0; i < step.shape[1]; ++i)
+      for (int64_t h = 0; h < step.shape[2]; ++h)
+        for (int64_t e = 0; e < step.shape[3]; ++e) {
+          const double want = ref::load_element(prefill, b, begin + i, h, e);
+          const double got = ref::load_element(step, b, i, h, e);
+          c->worst_ulps = std::max(c->worst_ulps, std::isfinite(got) ? ref::ulp_distance(got, want, dtype) : 1e30);
+          c->not_bitwise += got != want ? 1 : 0;
+          ++c->elements;
+        }
+}
+
+template <typename T>
+T at3(const TensorView& t, int64_t a, int64_t b, int64_t c) {
+  return static_cast<const T*>(t.data)[t.offset(a, b, c)];
+}
+
+struct Config {
+  int64_t n = 0, h_q = 0, h_kv = 0, d = 0;
+  DType dtype = DType::kBF16;
+  MethodParams method;
+  std::vector<int64_t> steps;  // tokens per decode step, summing to n
+};
+
+std::vector<Config> configs() {
+  std::vector<Config> out;
+  Config a;
+  a.n = 150;
+  a.h_q = 8;
+  a.h_kv = 2;
+  a.d = 64;
+  a.dtype = DType::kBF16;
+  a.method.chunk_size = 16;
+  a.method.gamma = 12.0f;
+  a.method.sigma = 1.0f;
+  // A first multi-token step, then single tokens through two chunk boundaries, then blocks that straddle them.
+  a.steps = {20};
+  for (int i = 0; i < 25; ++i) a.steps.push_back(1);
+  for (int64_t s : {3, 7, 16, 1, 17, 5, 33, 2, 21}) a.steps.push_back(s);
+  out.push_back(a);
+
+  Config b = a;
+  b.n = 140;
+  b.h_q = 4;
+  b.h_kv = 1;
+  b.d = 128;
+  b.dtype = DType::kF32;
+  b.method.chunk_size = 32;
+  b.method.prior = PriorMode::kRaw;
+  b.method.alpha = 2.0f;
+  b.steps = {1, 1, 1, 30, 1, 1, 31, 40, 1, 33};  // starts from an empty cache one token at a time
+  out.push_back(b);
+
+  Config c = a;
+  c.n = 100;
+  c.h_q = 16;
+  c.h_kv = 1;
+  c.d = 256;
+  c.dtype = DType::kF16;
+  c.method.chunk_size = 16;
+  c.method.prior = PriorMode::kNone;
+  c.method.gamma = 1e4f;
+  c.steps = {64, 1, 15, 1, 1, 18};
+  out.push_back(c);
+  return out;
+}
+
+ref::Problem full_problem(const Config& c, uint64_t seed) {
+  ref::ProblemSpec spec;
+  spec.batch = 2;
+  spec.n_q = spec.n_k = c.n;
+  spec.h_q = c.h_q;
+  spec.h_kv = c.h_kv;
+  spec.d = c.d;
+  spec.dtype = c.dtype;
+  spec.seed = seed;
+  return ref::make_problem(spec);
+}
+
+}  // namespace
+
+TEST_CASE("Decoder steps equal the matching prefill rows; completed chunks' summaries are bitwise the prefill's") {
+  std::vector<std::string> unavailable;
+  const std::vector<Backend*> backends = ref::available_backends(&unavailable);
+  for (const std::string& line : unavailable) MESSAGE("backend unavailable, skipped (not counted): " << line);
+  REQUIRE(!backends.empty());
+  for (Backend* be : backends) {
+    const std::string name = be->name();
+    for (const Config& cfg : configs()) {
+      int64_t total = 0;
+      for (int64_t s : cfg.steps) total += s;
+      REQUIRE(total == cfg.n);
+      const ref::Problem pr = full_problem(cfg, 7 + cfg.n);
+      INFO(name << " n " << cfg.n << " C " << cfg.method.chunk_size << " " << std::string(dtype_name(cfg.dtype)));
+
+      // Prefill, itself checked against the float64 reference.
+      ref::RunOptions opt;
+      opt.out_dtype = cfg.dtype;
+      const ref::RunResult prefill = ref::run_forward(*be, pr, cfg.method, opt);
+      if (prefill.unsupported) {
+        MESSAGE(name << " unsupported, skipped (not counted): " << prefill.reason);
+        CHECK(be->device_type() != DeviceType::kCpu);
+        continue;
+      }
+      const ref::CheckReport rep = ref::check_forward(pr, cfg.method, prefill.out);
+      CHECK_MESSAGE(rep.pass(), rep.summary());
+
+      DecoderConfig dc;
+      dc.batch = 2;
+      dc.h_q = cfg.h_q;
+      dc.h_kv = cfg.h_kv;
+      dc.d = cfg.d;
+      dc.dtype = cfg.dtype;
+      dc.method = cfg.method;
+      dc.initial_capacity = 32;  // forces several geometric growths of the caches
+      const ref::DeviceTensor summary_query = ref::upload(*be, pr.summary_query);
+      Decoder dec(*be, dc, summary_query.view);
+
+      const int64_t words = mask_words(cfg.n, cfg.method.chunk_size), C = cfg.method.chunk_size;
+      Comparison o_cmp;
+      int64_t length = 0, lse_mismatch = 0, mask_mismatch = 0, active_mismatch = 0, summary_mismatch = 0;
+      for (int64_t t : cfg.steps) {
+        const ref::HostTensor q = slice_rows(pr.q, length, t), k = slice_rows(pr.k, length, t),
+                              v = slice_rows(pr.v, length, t);
+        ref::HostTensor o = ref::make_host_tensor(cfg.dtype, {2, t, cfg.h_q, cfg.d});
+        ref::HostTensor lse = ref::make_host_tensor(DType::kF32, {2, cfg.h_q, t});
+        ref::HostTensor mask = ref::make_host_tensor(DType::kU32, {2, cfg.h_kv, t, words});
+        ref::HostTensor active = ref::make_host_tensor(DType::kI32, {2, cfg.h_kv, t});
+        ref::DeviceTensor dq = ref::upload(*be, q), dk = ref::upload(*be, k), dv = ref::upload(*be, v),
+                          dov = ref::upload(*be, o), dl = ref::upload(*be, lse), dm = ref::upload(*be, mask),
+                          da = ref::upload(*be, active);
+        RoutingView routing;
+        routing.mask = dm.view;
+        routing.active_chunks = da.view;
+        dec.step(dq.view, dk.view, dv.view, dov.view, dl.view, routing);
+        ref::download(*be, dov, o);
+        ref::download(*be, dl, lse);
+        ref::download(*be, dm, mask);
+        ref::download(*be, da, active);
+
+        compare_o(prefill.out.o.view, o.view, length, cfg.dtype, &o_cmp);
+        for (int64_t b = 0; b < 2; ++b) {
+          for (int64_t i = 0; i < t; ++i) {
+            for (int64_t h = 0; h < cfg.h_q; ++h) {
+              const float want = at3<float>(prefill.out.lse.view, b, h, length + i);
+              const float got = at3<float>(lse.view, b, h, i);
+              lse_mismatch += std::fabs(got - want) <= 1e-6f * std::max(1.0f, std::fabs(want)) ? 0 : 1;
+            }
+            for (int64_t r = 0; r < cfg.h_kv; ++r) {
+              for (int64_t w = 0; w < words; ++w) {
+                const uint32_t want = static_cast<const uint32_t*>(prefill.out.mask.view.data)[prefill.out.mask.view.offset(b, r, length + i, w)];
+                const uint32_t got = static_cast<const uint32_t*>(mask.view.data)[mask.view.offset(b, r, i, w)];
+                mask_mismatch += got != want ? 1 : 0;
+              }
+              active_mismatch += at3<int32_t>(active.view, b, r, i) != at3<int32_t>(prefill.out.active.view, b, r, length + i);
+            }
+          }
+        }
+        length += t;
+        CHECK(dec.length() == length);
+        CHECK(dec.summarized_chunks() == length / C);
+
+        // The decoder's summary cache against the prefill's summaries, bit for bit.
+        const TensorView sv = dec.summaries();
+        const int64_t es = dtype_size(cfg.dtype);
+        std::vector<unsigned char> host(static_cast<size_t>(2 * sv.stride[0] * es));
+        be->synchronize(nullptr);
+        be->copy(host.data(), sv.data, host.size(), CopyKind::kDeviceToHost, nullptr);
+        for (int64_t b = 0; b < 2; ++b)
+          for (int64_t c = 0; c < dec.summarized_chunks(); ++c)
+            for (int64_t r = 0; r < cfg.h_kv; ++r)
+              summary_mismatch += std::memcmp(host.data() + sv.offset(b, c, r, 0) * es,
+                                              prefill.out.summaries.bytes.data() +
+                                                  prefill.out.summaries.view.offset(b, c, r, 0) * es,
+                                              static_cast<size_t>(cfg.d * es)) != 0;
+      }
+      MESSAGE(name << " n " << cfg.n << ": decode o vs prefill worst " << o_cmp.worst_ulps << " ulp, "
+                   << o_cmp.not_bitwise << " of " << o_cmp.elements << " elements not bitwise equal");
+      CHECK(o_cmp.worst_ulps <= 1.0);
+      CHECK(lse_mismatch == 0);
+      CHECK(mask_mismatch == 0);
+      CHECK(active_mismatch == 0);
+      CHECK(summary_mismatch == 0);
+    }
+  }
+}
+
+TEST_CASE("forward with a caller-owned summary cache and summaries_valid equals prefill") {
+  const std::vector<Backend*> backends = ref::available_backends();
+  REQUIRE(!backends.empty());
+  for (Backend* be : backends) {
+    const std::string name = be->name();
+    Config cfg = configs()[0];
+    const ref::Problem pr = full_problem(cfg, 99);
+    ref::RunOptions opt;
+    opt.out_dtype = cfg.dtype;
+    const ref::RunResult prefill = ref::run_forward(*be, pr, cfg.method, opt);
+    if (prefill.unsupported) continue;
+    const int64_t C = cfg.method.chunk_size, chunks = cfg.n / C;
+
+    // Prefix of L0 tokens with the cache, then the remaining queries against all keys with the cache's valid part.
+    for (int64_t L0 : {int64_t(37), int64_t(48), int64_t(140)}) {
+      INFO(name << " prefix " << L0);
+      const int64_t valid = L0 / C;
+      ref::HostTensor cache = ref::make_host_tensor(cfg.dtype, {2, chunks, cfg.h_kv, cfg.d});
+      std::memset(cache.bytes.data(), 0xff, cache.bytes.size());  // NaN everywhere: unwritten chunks would show
+      ref::DeviceTensor dcache = ref::upload(*be, cache);
+      const ref::DeviceTensor sq = ref::upload(*be, pr.summary_query);
+      {
+        const ref::HostTensor q0 = slice_rows(pr.q, 0, L0), k0 = slice_rows(pr.k, 0, L0), v0 = slice_rows(pr.v, 0, L0);
+        ref::HostTensor o0 = ref::make_host_tensor(cfg.dtype, {2, L0, cfg.h_q, cfg.d});
+        ref::DeviceTensor dq = ref::upload(*be, q0), dk = ref::upload(*be, k0), dv = ref::upload(*be, v0),
+                          dout = ref::upload(*be, o0);
+        ForwardParams p;
+        p.q = dq.view;
+        p.k = dk.view;
+        p.v = dv.view;
+        p.summary_query = sq.view;
+        p.summaries = dcache.view;
+        p.o = dout.view;
+        p.method = cfg.method;
+        forward(*be, p);
+        ref::download(*be, dout, o0);
+        Comparison c;
+        compare_o(prefill.out.o.view, o0.view, 0, cfg.dtype, &c);
+        CHECK(c.worst_ulps <= 1.0);
+      }
+      // Mark one valid chunk: a trusted chunk must be read as is, never recomputed or overwritten.
+      ref::download(*be, dcache, cache);
+      ref::HostTensor marked = cache;
+      if (valid > 0) {
+        const int64_t es = dtype_size(cfg.dtype);
+        unsigned char* first = marked.bytes.data() + marked.view.offset(1, valid - 1, 0, 0) * es;
+        store_from_float(first, cfg.dtype, ref::load_element(cache.view, 1, valid - 1, 0, 0) + 0.25f);
+      }
+      ref::DeviceTensor dmarked = ref::upload(*be, marked);
+
+      const int64_t rest = cfg.n - L0;
+      const ref::HostTensor q1 = slice_rows(pr.q, L0, rest);
+      ref::HostTensor o1 = ref::make_host_tensor(cfg.dtype, {2, rest, cfg.h_q, cfg.d});
+      ref::DeviceTensor dq = ref::upload(*be, q1), dout = ref::upload(*be, o1);
+      const ref::DeviceProblem dev = ref::upload_problem(*be, pr);
+      ForwardParams p;
+      p.q = dq.view;
+      p.k = dev.k.view;
+      p.v = dev.v.view;
+      p.summary_query = sq.view;
+      p.summaries = dmarked.view;
+      p.summaries_valid = valid;
+      p.o = dout.view;
+      p.method = cfg.method;
+      forward(*be, p);
+      ref::HostTensor after = marked;
+      ref::download(*be, dmarked, after);
+      ref::download(*be, dout, o1);
+
+      // Chunks >= valid are now exactly the prefill's; chunks < valid are untouched (the marked one included).
+      const int64_t es = dtype_size(cfg.dtype);
+      int64_t recomputed_bad = 0, trusted_touched = 0;
+      for (int64_t b = 0; b < 2; ++b)
+        for (int64_t c = 0; c < chunks; ++c)
+          for (int64_t r = 0; r < cfg.h_kv; ++r) {
+            const unsigned char* got = after.bytes.data() + after.view.offset(b, c, r, 0) * es;
+            if (c >= valid) {
+              recomputed_bad += std::memcmp(got, prefill.out.summaries.bytes.data() +
+                                                     prefill.out.summaries.view.offset(b, c, r, 0) * es,
+                                            static_cast<size_t>(cfg.d * es)) != 0;
+            } else {
+              trusted_touched += std::memcmp(got, marked.bytes.data() + marked.view.offset(b, c, r, 0) * es,
+                                             static_cast<size_t>(cfg.d * es)) != 0;
+            }
+          }
+      CHECK(recomputed_bad == 0);
+      CHECK(trusted_touched == 0);
+
+      // Sequence 0 (unmarked) equals the prefill rows; sequence 1 used the marked summary where routable.
+      Comparison c;
+      ref::HostTensor o1_seq0 = ref::make_host_tensor(cfg.dtype, {1, rest, cfg.h_q, cfg.d});
+      std::memcpy(o1_seq0.bytes.data(), o1.bytes.data(), o1_seq0.bytes.size());
+      compare_o(prefill.out.o.view, o1_seq0.view, L0, cfg.dtype, &c);
+      CHECK(c.worst_ulps <= 1.0);
+    }
+  }
+}
