@@ -132,7 +132,8 @@ TEST_CASE("npz: writer emits a plain stored archive that reads back, for every d
   int index = 0;
   for (DType dtype : {DType::kF32, DType::kF16, DType::kF64, DType::kI32, DType::kU32, DType::kU8}) {
     for (const auto& shape : shapes) {
-      f.add(io_test::make_tensor("t" + std::to_string(index++), dtype, shape, static_cast<uint8_t>(index)));
+      f.add(io_test::make_tensor("t" + std::to_string(index), dtype, shape, static_cast<uint8_t>(index)));
+      ++index;
     }
   }
   const Bytes zip = serialize_npz(f);
@@ -152,7 +153,7 @@ TEST_CASE("npz: writer refuses bf16 and names that are not plain member names") 
   TensorFile bf16;
   bf16.add(io_test::make_tensor("w", DType::kBF16, {2}));
   CHECK_IO_ERROR(serialize_npz(bf16), "safetensors");
-  for (const char* name : {"", "a/b", "..", "a\\b", "tab\there"}) {
+  for (const char* name : {"", "a/b", "../b", "a\\b", "tab\there"}) {
     TensorFile f;
     f.add(io_test::make_tensor(name, DType::kU8, {1}));
     CHECK_IO_ERROR(serialize_npz(f), "member name");

@@ -88,8 +88,9 @@ TEST_CASE("safetensors: round trip of every dtype at ranks 0 to 4, plus rank 5 a
   int index = 0;
   for (DType dtype : kAllDtypes) {
     for (const auto& shape : shapes) {
-      f.add(io_test::make_tensor(std::string(dashattn::dtype_name(dtype)) + "_" + std::to_string(index++), dtype,
+      f.add(io_test::make_tensor(std::string(dashattn::dtype_name(dtype)) + "_" + std::to_string(index), dtype,
                                  shape, static_cast<uint8_t>(index)));
+      ++index;
     }
   }
   const Bytes bytes = serialize_safetensors(f);

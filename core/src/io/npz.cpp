@@ -45,7 +45,7 @@ void write_npz_to(const TensorFile& file, ByteSink& sink, const std::string& tar
   for (const Tensor& t : file) {
     const bool control = std::any_of(t.name().begin(), t.name().end(),
                                      [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; });
-    if (t.name().empty() || t.name() == "." || t.name() == ".." || control ||
+    if (t.name().empty() || control ||
         t.name().find_first_of("/\\") != std::string::npos) {
       fail(target, "tensor name '" + t.name() + "' cannot be an .npz member name (empty, a path, or control "
                    "characters)");

@@ -215,7 +215,6 @@ TensorFile read_safetensors_from(const ByteSource& src) {
 void write_safetensors_to(const TensorFile& file, ByteSink& sink, const std::string& target) {
   std::vector<const Tensor*> order;
   for (const Tensor& t : file) {
-    if (t.name().empty()) fail(target, "tensor names must not be empty");
     if (t.name() == "__metadata__") fail(target, "\"__metadata__\" is reserved and cannot name a tensor");
     order.push_back(&t);
   }

@@ -1,0 +1,16 @@
+// libFuzzer target: parse_safetensors on arbitrary bytes. Only dashattn::Error may escape the reader; anything it
+// accepts must write and read back identically.
+#include "dashattn/error.h"
+#include "fuzz_check.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  dashattn::io::TensorFile file;
+  try {
+    file = dashattn::io::parse_safetensors(data, size, "fuzz.safetensors");
+  } catch (const dashattn::Error&) {
+    return 0;
+  }
+  const std::vector<uint8_t> bytes = dashattn::io::serialize_safetensors(file);
+  dashattn::fuzz::check_same_tensors(file, dashattn::io::parse_safetensors(bytes.data(), bytes.size()));
+  return 0;
+}
