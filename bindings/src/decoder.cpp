@@ -68,7 +68,7 @@ class PyDecoder {
 
   // A view of one cache ([b, rows, h_kv, d]); it keeps this decoder alive but is only valid until the next
   // step(), which may move the cache when it grows.
-  OutArray cache(const TensorView& t, nb::handle self) const {
+  nb::ndarray<nb::array_api> cache(const TensorView& t, nb::handle self) const {
     const size_t shape[4] = {static_cast<size_t>(t.shape[0]), static_cast<size_t>(t.shape[1]),
                              static_cast<size_t>(t.shape[2]), static_cast<size_t>(t.shape[3])};
     nb::dlpack::dtype dl;
@@ -79,7 +79,7 @@ class PyDecoder {
             16, 1};
     }
     const int dl_device = device_.type == DeviceType::kCpu ? 1 : (device_.type == DeviceType::kCuda ? 2 : 10);
-    return OutArray(t.data, 4, shape, self, t.stride.data(), dl, dl_device, device_.index);
+    return nb::ndarray<nb::array_api>(t.data, 4, shape, self, t.stride.data(), dl, dl_device, device_.index);
   }
 
   Decoder& decoder() { return *decoder_; }

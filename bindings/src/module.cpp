@@ -89,7 +89,7 @@ struct DeviceBuffer {
 
 // Uninitialized memory on the device of a backend, as a DLPack-exportable array; the Python layer hands it to a
 // framework with from_dlpack() when it cannot allocate in that framework itself.
-OutArray empty_array(const std::vector<int64_t>& shape, const std::string& dtype_name_str, const std::string& device,
+nb::ndarray<nb::array_api> empty_array(const std::vector<int64_t>& shape, const std::string& dtype_name_str, const std::string& device,
                      int device_id, const std::string& backend) {
   DType dt;
   if (!parse_dtype(dtype_name_str, &dt)) throw InvalidArgument("dtype", "a dtype name such as 'f32'", dtype_name_str);
@@ -130,7 +130,7 @@ OutArray empty_array(const std::vector<int64_t>& shape, const std::string& dtype
     case DType::kBF16: dl = {static_cast<uint8_t>(nb::dlpack::dtype_code::Bfloat), 16, 1}; break;
   }
   const int dl_device = type == DeviceType::kCpu ? 1 : (type == DeviceType::kCuda ? 2 : 10);
-  return OutArray(ptr, dims.size(), dims.data(), owner, nullptr, dl, dl_device, type == DeviceType::kCpu ? 0 : device_id);
+  return nb::ndarray<nb::array_api>(ptr, dims.size(), dims.data(), owner, nullptr, dl, dl_device, type == DeviceType::kCpu ? 0 : device_id);
 }
 
 }  // namespace

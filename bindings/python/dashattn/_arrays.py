@@ -47,6 +47,8 @@ def dtype_name(dtype: Any) -> str:
     """Canonical short name ('f32', 'f16', 'bf16', ...) of a dtype given as a string, torch, NumPy or other dtype."""
     if isinstance(dtype, str):
         key = dtype.lower().replace("torch.", "")
+    elif isinstance(dtype, type) and issubclass(dtype, np.generic):  # np.float32 and friends
+        key = np.dtype(dtype).name
     else:
         key = str(dtype).lower().replace("torch.", "").replace("dtype(", "").strip("')\"")
     try:

@@ -1,0 +1,48 @@
+"""pytest setup: find the dashattn package (installed, or a CMake build tree) and shared helpers."""
+
+import importlib.util
+import os
+import pathlib
+import sys
+
+import numpy as np
+import pytest
+
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))  # reference.py
+
+if importlib.util.find_spec("dashattn") is None:
+    root = HERE.parent.parent
+    for candidate in [os.environ.get("DASHATTN_PYTHONPATH", "")] + sorted(
+            str(p) for p in root.glob("build*/bindings/python")):
+        if candidate and (pathlib.Path(candidate) / "dashattn").is_dir():
+            sys.path.insert(0, candidate)
+            break
+
+
+def has_module(name: str) -> bool:
+    return importlib.util.find_spec(name) is not None
+
+
+def cuda_available() -> bool:
+    if not has_module("torch"):
+        return False
+    import torch
+
+    if not torch.cuda.is_available():
+        return False
+    import dashattn
+
+    return any(b["name"] == "cuda" and b["available"] for b in dashattn.backends())
+
+
+requires_torch = pytest.mark.skipif(not has_module("torch"), reason="torch is not installed")
+requires_transformers = pytest.mark.skipif(not (has_module("torch") and has_module("transformers")),
+                                           reason="torch and transformers are not installed")
+requires_cuda = pytest.mark.skipif(not cuda_available(),
+                                   reason="no CUDA device, or dashattn built without the CUDA backend")
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(1234)
