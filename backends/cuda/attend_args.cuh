@@ -1,0 +1,47 @@
+// Device-side arguments of the Stage-2 kernels (sparse prefill, split-KV decode, dense causal baseline).
+//
+// attend_launch.cu translates the public AttendParams / DenseParams (validated, normalized to rank-4 views) into
+// this flat struct once per call. Tensors use the backend's DeviceTensor views and the batch layout its
+// DeviceBatch (cuda_internal.cuh), so a kernel never consults host memory and a decode step stays
+// CUDA-graph capturable. Per-row tensors (mask, tau, mu, lse) are [b, head, rows_q] views indexed with
+// row_output_offset(); the summaries are indexed by the sequence number.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda_internal.cuh"
+#include "dashattn/prior.h"
+
+namespace dashattn::cuda {
+
+struct AttendArgs {
+  DeviceTensor q{}, k{}, v{};  // [b, n, h, d]
+  DeviceTensor o{};            // [b, n_q, h_q, d]
+  DType o_dtype = DType::kBF16;
+  DeviceTensor lse{};          // optional f32 [b, h_q, rows_q]
+
+  DeviceTensor mask{};         // u32 [b, h_kv, rows_q, words]; unused when dense
+  int mask_words = 0;
+
+  // Prior bias inputs (unused with PriorMode::kNone and in dense mode).
+  DeviceTensor summaries{};    // [num_seqs, max_chunks, h_kv, d], same dtype as k
+  DeviceTensor tau{};          // f32 [b, h_q, rows_q]
+  DeviceTensor mu{};           // f32 [b, h_kv, rows_q]
+  PriorMode prior = PriorMode::kNone;
+  float alpha = 1.5f, gamma = 1.0f, inv_sigma = 0.0f;
+
+  DeviceBatch batch{};
+  int num_seqs = 0;
+  int h_q = 0, h_kv = 0, group = 0;
+  int chunk = 64, log2_chunk = 6;
+  float scale_log2 = 0.0f;  // softmax scale * log2(e)
+  bool dense = false;       // every causally visible key attended (the dense baseline)
+
+  // Split-KV (decode): split z of a row block takes the z-th equal share of the active tiles of its union and
+  // writes an fp32 partial (normalized o and lse), merged by combine_splits_kernel. 1 writes o / lse directly.
+  int num_splits = 1;
+  float* part_o = nullptr;    // [split, num_seqs, h_q, padded_n_q, d]
+  float* part_lse = nullptr;  // [split, num_seqs, h_q, padded_n_q]
+};
+
+}  // namespace dashattn::cuda

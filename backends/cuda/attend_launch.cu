@@ -1,0 +1,131 @@
+// Host side of Stage 2: AttendParams -> AttendArgs, the tiling / split plan, and dispatch to the instances.
+#include "attend_launch.cuh"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+namespace dashattn::cuda {
+namespace {
+
+int log2_exact(int64_t v) {
+  int l = 0;
+  while ((int64_t(1) << l) < v) ++l;
+  return l;
+}
+
+int current_sm_count() {
+  int device = 0, sms = 0;
+  DASHATTN_CUDA_CHECK(cudaGetDevice(&device));
+  DASHATTN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return sms;
+}
+
+void fill_common(AttendArgs& a, const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& o,
+                 const TensorView& lse, const BatchLayout& batch, const ProblemShape& s) {
+  a.q = device_tensor(q);
+  a.k = device_tensor(k);
+  a.v = device_tensor(v);
+  a.o = device_tensor(o);
+  a.o_dtype = o.dtype;
+  a.lse = device_tensor(lse);
+  a.batch = device_batch(batch, s.n_q, s.n_k);
+  a.num_seqs = int(s.batch);
+  a.h_q = int(s.h_q);
+  a.h_kv = int(s.h_kv);
+  a.group = int(s.group);
+  a.scale_log2 = s.scale * 1.4426950408889634f;
+}
+
+}  // namespace
+
+AttendPlan plan_attend(const ProblemShape& s, int num_sms, bool dense) {
+  (void)dense;
+  AttendPlan plan;
+  const int64_t rows = s.n_q * s.group;  // rows of one (sequence, KV head)
+  plan.warps = rows <= 16 ? 1 : (rows <= 64 || s.d > 128 ? 4 : 8);
+  const int64_t m_blocks = ceil_div(rows, 16 * plan.warps);
+  const int64_t ctas = m_blocks * s.batch * s.h_kv;
+  // One-warp CTAs fit about three per SM (shared memory of a two-stage ring); wider ones one or two.
+  const int64_t resident = int64_t(num_sms) * (plan.warps == 1 ? 3 : 1);
+  const int64_t tiles = ceil_div(std::max<int64_t>(s.n_k, 1), 64);
+  if (ctas < resident && tiles >= 4) {
+    // Split the key axis so the grid fills the GPU; each split gets an equal share of the *active* tiles on the
+    // device, so fewer than two tiles of the full length per split would only add combine traffic.
+    int64_t splits = ceil_div(resident, ctas);
+    splits = std::min<int64_t>(splits, tiles / 2);
+    splits = std::min<int64_t>(splits, 64);
+    plan.num_splits = int(std::max<int64_t>(splits, 1));
+  }
+  if (plan.num_splits > 1) {
+    const int64_t part_rows = s.batch * s.h_q * s.n_q;
+    plan.workspace_bytes = size_t(plan.num_splits) * size_t(part_rows) * size_t(s.d + 1) * sizeof(float) + 256;
+  }
+  return plan;
+}
+
+size_t attend_workspace_bytes(const ProblemShape& s, bool dense) {
+  return plan_attend(s, current_sm_count(), dense).workspace_bytes;
+}
+
+AttendArgs make_attend_args(const AttendParams& p, const ProblemShape& s) {
+  AttendArgs a;
+  fill_common(a, p.q, p.k, p.v, p.o, p.lse, p.batch, s);
+  a.mask = device_tensor(p.routing.mask);
+  a.mask_words = int(s.mask_words);
+  a.chunk = int(s.chunk);
+  a.log2_chunk = log2_exact(s.chunk);
+  a.prior = p.method.prior;
+  a.alpha = p.method.alpha;
+  a.gamma = p.method.gamma;
+  a.inv_sigma = 1.0f / p.method.sigma;
+  if (a.prior != PriorMode::kNone) {
+    a.summaries = device_tensor(p.summaries);
+    a.tau = device_tensor(p.routing.tau);
+    a.mu = device_tensor(p.routing.mu);
+  }
+  a.dense = false;
+  return a;
+}
+
+AttendArgs make_dense_args(const DenseParams& p, const ProblemShape& s) {
+  AttendArgs a;
+  fill_common(a, p.q, p.k, p.v, p.o, p.lse, p.batch, s);
+  a.chunk = 64;
+  a.log2_chunk = 6;
+  a.prior = PriorMode::kNone;
+  a.dense = true;
+  return a;
+}
+
+void launch_attend_planned(AttendArgs args, int64_t head_dim, DType dtype, const AttendPlan& plan, void* workspace,
+                           cudaStream_t stream) {
+  args.num_splits = plan.num_splits;
+  if (plan.num_splits > 1) {
+    const size_t part_rows = size_t(args.num_seqs) * args.h_q * size_t(args.batch.padded_n_q);
+    char* base = static_cast<char*>(workspace);
+    args.part_o = reinterpret_cast<float*>(base);
+    const size_t o_bytes = size_t(plan.num_splits) * part_rows * size_t(head_dim) * sizeof(float);
+    args.part_lse = reinterpret_cast<float*>(base + ((o_bytes + 255) / 256) * 256);
+  }
+  const bool ok = dispatch_instance(head_dim, dtype, [&](auto hdim, auto element) {
+    run_attend<decltype(hdim)::value, decltype(element)>(args, plan, stream);
+  });
+  if (!ok) {
+    throw Unsupported("cuda", "q", "head dim " + std::to_string(head_dim) + " with dtype " + dtype_name(dtype) +
+                                       " (compiled head dims: " + instantiated_head_dims() + ")");
+  }
+}
+
+void launch_attend(const AttendParams& p, const ProblemShape& s, void* workspace, size_t workspace_bytes,
+                   cudaStream_t stream) {
+  AttendPlan plan = plan_attend(s, current_sm_count(), false);
+  if (plan.num_splits > 1 && (workspace == nullptr || workspace_bytes < plan.workspace_bytes)) plan.num_splits = 1;
+  launch_attend_planned(make_attend_args(p, s), s.d, p.q.dtype, plan, workspace, stream);
+}
+
+void launch_attend(const AttendParams& p, const ProblemShape& s, cudaStream_t stream) {
+  launch_attend(p, s, nullptr, 0, stream);
+}
+
+}  // namespace dashattn::cuda

@@ -1,0 +1,51 @@
+// Stage 2 (sparse attention, prefill and decode) and the dense causal baseline: host-side planning and launch.
+//
+// Entry points for the backend front end:
+//   launch_attend(p, s, stream)                      cuda_internal.cuh's interface; never splits KV
+//   launch_attend(p, s, workspace, bytes, stream)    splits KV when the shape under-fills the GPU (decode) and
+//                                                    `bytes` >= attend_workspace_bytes(s); otherwise as above
+//   launch_dense(p, s, stream) / (p, s, workspace, bytes, stream)   the same kernel with every visible key
+// The plan depends on the shape and the device only (never on routing results), so the workspace size is known
+// before the call and a decode step can be captured in a CUDA graph.
+//
+// Instances: attend_instance.cu.in is configured once per (head dim, dtype) pair (see cuda_internal.cuh); each
+// generated file explicitly instantiates run_attend<HDIM, CTYPE>, which holds every tiling of that pair
+// (warps = 1, 4, 8) and the split-combine kernel. Nothing else instantiates the kernels.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+#include "attend_args.cuh"
+
+namespace dashattn::cuda {
+
+struct AttendPlan {
+  int warps = 8;           // warps per CTA; a CTA covers 16 * warps (query token, head) rows
+  int num_splits = 1;      // > 1: split-KV with fp32 partials in the workspace and a combine kernel
+  size_t workspace_bytes = 0;
+};
+
+// The plan for a shape on a device with num_sms multiprocessors (dense: every visible key attended).
+AttendPlan plan_attend(const ProblemShape& s, int num_sms, bool dense);
+// Workspace that launch_attend / launch_dense may use on the current device (0 when no split pays).
+size_t attend_workspace_bytes(const ProblemShape& s, bool dense = false);
+
+void launch_attend(const AttendParams& p, const ProblemShape& s, void* workspace, size_t workspace_bytes,
+                   cudaStream_t stream);
+void launch_dense(const DenseParams& p, const ProblemShape& s, void* workspace, size_t workspace_bytes,
+                  cudaStream_t stream);
+
+// Lower level, for tests and benchmarks that choose the tiling themselves.
+AttendArgs make_attend_args(const AttendParams& p, const ProblemShape& s);
+AttendArgs make_dense_args(const DenseParams& p, const ProblemShape& s);
+// Runs args with plan; the workspace must hold plan.workspace_bytes when plan.num_splits > 1.
+void launch_attend_planned(AttendArgs args, int64_t head_dim, DType dtype, const AttendPlan& plan, void* workspace,
+                           cudaStream_t stream);
+
+// One (head dim, element type) instance; defined in attend_run.cuh, instantiated by the generated files.
+template <int kHeadDim, typename Element>
+void run_attend(const AttendArgs& args, const AttendPlan& plan, cudaStream_t stream);
+
+}  // namespace dashattn::cuda

@@ -1,0 +1,430 @@
+// Conformance grid of the CUDA Stage-2 kernels against a float64 host reference written from semantics.md:
+// every query attends the keys of its routed chunks (bias d = prior_bias(log w_c)) plus the visible keys of its
+// diagonal chunk (d = 0), softmax in float64; padding rows must read o = 0 and lse = -inf.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "attend_check.h"
+#include "attend_launch.cuh"
+#include "dashattn/geometry.h"
+
+using namespace dashattn;
+using dashattn::cuda::AttendArgs;
+using dashattn::cuda::AttendPlan;
+
+#define CK(x)                                                                                   \
+  do {                                                                                          \
+    cudaError_t e_ = (x);                                                                       \
+    if (e_ != cudaSuccess) {                                                                    \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      std::exit(2);                                                                             \
+    }                                                                                           \
+  } while (0)
+
+namespace attend_check {
+
+bool have_device() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+namespace {
+
+struct Rng {
+  uint64_t s;
+  uint64_t next() {
+    s += 0x9e3779b97f4a7c15ull;
+    uint64_t z = s;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  double uniform() { return (next() >> 11) * (1.0 / 9007199254740992.0); }
+  double normal() {
+    const double u = std::max(uniform(), 1e-300), v = uniform();
+    return std::sqrt(-2.0 * std::log(u)) * std::cos(6.283185307179586 * v);
+  }
+};
+
+struct Case {
+  std::string name;
+  int d = 128;
+  DType dtype = DType::kBF16;
+  DType o_dtype = DType::kBF16;
+  int h_q = 16, h_kv = 1, chunk = 64;
+  std::vector<int> n_q{300}, n_k{300};
+  bool varlen = false, bhnd = false, lengths = false;
+  PriorMode prior = PriorMode::kNone;
+  float sigma = 2.0f;
+  double keep = 0.3;
+  bool dense = false;
+  int warps = 0;   // 0: the planner's choice
+  int splits = 0;  // 0: the planner's choice
+};
+
+// Host copy of a 16-bit or f32 tensor with its element strides.
+struct HostTensor {
+  std::vector<uint16_t> h16;
+  std::vector<float> f32;
+  DType dtype;
+  int64_t shape[4]{1, 1, 1, 1}, stride[4]{0, 0, 0, 0};
+  void* dev = nullptr;
+  size_t elems() const { return size_t(shape[0]) * shape[1] * shape[2] * shape[3]; }
+  size_t bytes() const { return elems() * dtype_size(dtype); }
+  int64_t off(int64_t a, int64_t b, int64_t c, int64_t d = 0) const {
+    return a * stride[0] + b * stride[1] + c * stride[2] + d * stride[3];
+  }
+  double at(int64_t o) const {
+    if (dtype == DType::kF32) return f32[o];
+    return dtype == DType::kBF16 ? bf16_to_float(h16[o]) : f16_to_float(h16[o]);
+  }
+  void alloc_host() {
+    if (dtype == DType::kF32 || dtype == DType::kU32 || dtype == DType::kI32) f32.assign(elems(), 0.0f);
+    else h16.assign(elems(), 0);
+  }
+  void* host_ptr() { return h16.empty() ? static_cast<void*>(f32.data()) : static_cast<void*>(h16.data()); }
+  void upload() {
+    CK(cudaMalloc(&dev, bytes()));
+    CK(cudaMemcpy(dev, host_ptr(), bytes(), cudaMemcpyHostToDevice));
+  }
+  void download() { CK(cudaMemcpy(host_ptr(), dev, bytes(), cudaMemcpyDeviceToHost)); }
+  void release() {
+    if (dev) cudaFree(dev);
+    dev = nullptr;
+  }
+  TensorView view(int rank) const {
+    TensorView v;
+    v.data = dev;
+    v.dtype = dtype;
+    v.device = Device{DeviceType::kCuda, 0};
+    v.rank = rank;
+    for (int i = 0; i < rank; ++i) {
+      v.shape[i] = shape[i];
+      v.stride[i] = stride[i];
+    }
+    return v;
+  }
+};
+
+// [B, n, h, d] tensor, optionally stored as [B, h, n, d].
+HostTensor make_bnhd(DType t, int64_t B, int64_t n, int64_t h, int64_t d, bool bhnd) {
+  HostTensor x;
+  x.dtype = t;
+  x.shape[0] = B; x.shape[1] = n; x.shape[2] = h; x.shape[3] = d;
+  if (bhnd) { x.stride[0] = h * n * d; x.stride[1] = d; x.stride[2] = n * d; x.stride[3] = 1; }
+  else { x.stride[0] = n * h * d; x.stride[1] = h * d; x.stride[2] = d; x.stride[3] = 1; }
+  x.alloc_host();
+  return x;
+}
+HostTensor make_rows(DType t, int64_t B, int64_t h, int64_t rows, int64_t words = 1) {
+  HostTensor x;
+  x.dtype = t;
+  x.shape[0] = B; x.shape[1] = h; x.shape[2] = rows; x.shape[3] = words;
+  x.stride[3] = 1; x.stride[2] = words; x.stride[1] = rows * words; x.stride[0] = h * rows * words;
+  x.alloc_host();
+  return x;
+}
+
+void fill_random(HostTensor& x, Rng& rng, double scale) {
+  for (auto& e : x.h16) {
+    const float f = float(rng.normal() * scale);
+    e = x.dtype == DType::kBF16 ? float_to_bf16(f) : float_to_f16(f);
+  }
+}
+
+struct Outcome {
+  double rel_l2 = 0, max_abs = 0, lse_err = 0;
+  bool finite = true, padding_ok = true;
+};
+
+Outcome run_case(const Case& c, uint64_t seed) {
+  Rng rng{seed};
+  const int B = int(c.n_q.size());
+  const int g = c.h_q / c.h_kv;
+  const int C = c.chunk;
+  const int64_t NQ = *std::max_element(c.n_q.begin(), c.n_q.end());
+  const int64_t NK = *std::max_element(c.n_k.begin(), c.n_k.end());
+  std::vector<int32_t> cu_q{0}, cu_k{0};
+  for (int s = 0; s < B; ++s) {
+    cu_q.push_back(cu_q.back() + c.n_q[s]);
+    cu_k.push_back(cu_k.back() + c.n_k[s]);
+  }
+  // Varlen sequences live in [1, total, h, d]; padded ones in [B, N, h, d].
+  const int64_t TB = c.varlen ? 1 : B;
+  const int64_t TQ = c.varlen ? cu_q.back() : NQ;
+  const int64_t TK = c.varlen ? cu_k.back() : NK;
+  auto qrow = [&](int s, int64_t i) { return c.varlen ? cu_q[s] + i : i; };
+  auto krow = [&](int s, int64_t j) { return c.varlen ? cu_k[s] + j : j; };
+  auto bidx = [&](int s) { return c.varlen ? 0 : s; };
+
+  HostTensor q = make_bnhd(c.dtype, TB, TQ, c.h_q, c.d, c.bhnd);
+  HostTensor k = make_bnhd(c.dtype, TB, TK, c.h_kv, c.d, c.bhnd);
+  HostTensor v = make_bnhd(c.dtype, TB, TK, c.h_kv, c.d, c.bhnd);
+  HostTensor o = make_bnhd(c.o_dtype, TB, TQ, c.h_q, c.d, c.bhnd);
+  fill_random(q, rng, 1.0);
+  fill_random(k, rng, 1.0);
+  fill_random(v, rng, 1.0);
+  // Poison o: NaN everywhere, so an unwritten element fails.
+  if (c.o_dtype == DType::kF32) std::fill(o.f32.begin(), o.f32.end(), NAN);
+  else std::fill(o.h16.begin(), o.h16.end(), uint16_t(0x7fff));
+  const int64_t words = mask_words(NK, C);
+  HostTensor mask = make_rows(DType::kU32, TB, c.h_kv, TQ, words);
+  HostTensor lse = make_rows(DType::kF32, TB, c.h_q, TQ);
+  std::fill(lse.f32.begin(), lse.f32.end(), NAN);
+  HostTensor tau = make_rows(DType::kF32, TB, c.h_q, TQ);
+  HostTensor mu = make_rows(DType::kF32, TB, c.h_kv, TQ);
+  const int64_t max_chunks = std::max<int64_t>(NK / C, 1);
+  HostTensor summ = make_bnhd(c.dtype, B, max_chunks, c.h_kv, c.d, false);
+  fill_random(summ, rng, 1.0);
+
+  auto mask_word = [&](int s, int r, int64_t i, int64_t w) -> uint32_t& {
+    return *reinterpret_cast<uint32_t*>(&mask.f32[mask.off(bidx(s), r, qrow(s, i), w)]);
+  };
+  const double inv_sqrt_d = 1.0 / std::sqrt(double(c.d));
+  const double alpha = 1.5, gamma = 1.3;
+  // x_{h,c} = (alpha - 1) * gamma * <q_h, kbar_c> / sqrt(d), as Stage 1 scores them.
+  auto x_of = [&](int s, int64_t i, int h, int64_t ch) {
+    double dot = 0;
+    const int r = h / g;
+    for (int e = 0; e < c.d; ++e)
+      dot += q.at(q.off(bidx(s), qrow(s, i), h, e)) * summ.at(summ.off(s, ch, r, e));
+    return (alpha - 1.0) * gamma * dot * inv_sqrt_d;
+  };
+  for (int s = 0; s < B; ++s) {
+    for (int64_t i = 0; i < c.n_q[s]; ++i) {
+      const int64_t p = c.n_k[s] - c.n_q[s] + i;
+      const int64_t ci = p / C;
+      for (int r = 0; r < c.h_kv; ++r) {
+        for (int64_t ch = 0; ch < ci; ++ch)
+          if (rng.uniform() < c.keep) mask_word(s, r, i, ch / 32) |= 1u << (ch % 32);
+        mask_word(s, r, i, ci / 32) |= 1u << (ci % 32);  // the diagonal bit, as Stage 1 writes it
+        mu.f32[mu.off(bidx(s), r, qrow(s, i))] = float(rng.normal());
+      }
+      if (c.prior != PriorMode::kNone) {
+        // tau below every score: all weights are comfortably positive, so float vs double cannot flip a sign.
+        for (int h = 0; h < c.h_q; ++h) {
+          double mn = 0;
+          for (int64_t ch = 0; ch < ci; ++ch) mn = ch == 0 ? x_of(s, i, h, ch) : std::min(mn, x_of(s, i, h, ch));
+          tau.f32[tau.off(bidx(s), h, qrow(s, i))] = float(mn - 0.25);
+        }
+      }
+    }
+  }
+
+  // Float64 reference.
+  const double scale = 1.0 / std::sqrt(double(c.d));
+  std::vector<double> ref(size_t(TB) * TQ * c.h_q * c.d, 0.0), ref_lse(size_t(TB) * TQ * c.h_q, -INFINITY);
+  auto ref_index = [&](int s, int64_t i, int h) { return (size_t(bidx(s)) * TQ + qrow(s, i)) * c.h_q + h; };
+  for (int s = 0; s < B; ++s) {
+    for (int64_t i = 0; i < c.n_q[s]; ++i) {
+      const int64_t p = c.n_k[s] - c.n_q[s] + i;
+      const int64_t ci = p / C;
+      for (int h = 0; h < c.h_q; ++h) {
+        const int r = h / g;
+        std::vector<std::pair<int64_t, double>> keys;  // key, bias
+        for (int64_t ch = 0; ch < ci; ++ch) {
+          const bool routed = c.dense || ((mask_word(s, r, i, ch / 32) >> (ch % 32)) & 1u);
+          if (!routed) continue;
+          double bias = 0;
+          if (!c.dense && c.prior != PriorMode::kNone) {
+            double w = 0;
+            for (int hh = r * g; hh < (r + 1) * g; ++hh) {
+              const double y = x_of(s, i, hh, ch) - tau.f32[tau.off(bidx(s), hh, qrow(s, i))];
+              w += y > 0 ? y * y : 0.0;
+            }
+            w /= g;
+            if (!(w > 0)) w = 1e-30;
+            bias = c.prior == PriorMode::kRaw ? std::log(w)
+                                              : (std::log(w) - mu.f32[mu.off(bidx(s), r, qrow(s, i))]) / c.sigma;
+          }
+          for (int64_t j = ch * C; j < ch * C + C; ++j) keys.push_back({j, bias});
+        }
+        for (int64_t j = ci * C; j <= p; ++j) keys.push_back({j, 0.0});
+        std::vector<double> logit(keys.size());
+        double mx = -INFINITY;
+        for (size_t t = 0; t < keys.size(); ++t) {
+          double dot = 0;
+          for (int e = 0; e < c.d; ++e)
+            dot += q.at(q.off(bidx(s), qrow(s, i), h, e)) * k.at(k.off(bidx(s), krow(s, keys[t].first), r, e));
+          logit[t] = dot * scale + keys[t].second;
+          mx = std::max(mx, logit[t]);
+        }
+        double sum = 0;
+        for (auto& l : logit) sum += std::exp(l - mx);
+        const size_t base = ref_index(s, i, h);
+        for (size_t t = 0; t < keys.size(); ++t) {
+          const double pr = std::exp(logit[t] - mx) / sum;
+          for (int e = 0; e < c.d; ++e)
+            ref[base * c.d + e] += pr * v.at(v.off(bidx(s), krow(s, keys[t].first), r, e));
+        }
+        ref_lse[base] = mx + std::log(sum);
+      }
+    }
+  }
+
+  // Device run.
+  for (HostTensor* t : {&q, &k, &v, &o, &mask, &lse, &tau, &mu, &summ}) t->upload();
+  int32_t *d_cu_q = nullptr, *d_cu_k = nullptr, *d_len_q = nullptr, *d_len_k = nullptr;
+  BatchLayout batch;
+  if (c.varlen) {
+    CK(cudaMalloc(&d_cu_q, cu_q.size() * 4));
+    CK(cudaMalloc(&d_cu_k, cu_k.size() * 4));
+    CK(cudaMemcpy(d_cu_q, cu_q.data(), cu_q.size() * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d_cu_k, cu_k.data(), cu_k.size() * 4, cudaMemcpyHostToDevice));
+    batch.cu_seqlens_q = d_cu_q;
+    batch.cu_seqlens_k = d_cu_k;
+    batch.num_seqs = B;
+    batch.max_seqlen_q = int(NQ);
+    batch.max_seqlen_k = int(NK);
+  } else if (c.lengths) {
+    CK(cudaMalloc(&d_len_q, B * 4));
+    CK(cudaMalloc(&d_len_k, B * 4));
+    CK(cudaMemcpy(d_len_q, c.n_q.data(), B * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d_len_k, c.n_k.data(), B * 4, cudaMemcpyHostToDevice));
+    batch.seqlens_q = d_len_q;
+    batch.seqlens_k = d_len_k;
+  }
+  ProblemShape shape;
+  shape.batch = B;
+  shape.n_q = NQ;
+  shape.n_k = NK;
+  shape.rows_q = TQ;
+  shape.h_q = c.h_q;
+  shape.h_kv = c.h_kv;
+  shape.group = g;
+  shape.d = c.d;
+  shape.chunk = C;
+  shape.max_chunks = NK / C;
+  shape.mask_words = words;
+  shape.scale = float(scale);
+
+  AttendArgs args;
+  if (c.dense) {
+    DenseParams dp;
+    dp.q = q.view(4); dp.k = k.view(4); dp.v = v.view(4); dp.o = o.view(4); dp.lse = lse.view(3);
+    dp.batch = batch;
+    args = dashattn::cuda::make_dense_args(dp, shape);
+  } else {
+    AttendParams ap;
+    ap.q = q.view(4); ap.k = k.view(4); ap.v = v.view(4); ap.o = o.view(4); ap.lse = lse.view(3);
+    ap.summaries = summ.view(4);
+    ap.routing.mask = mask.view(4);
+    ap.routing.tau = tau.view(3);
+    ap.routing.mu = mu.view(3);
+    ap.batch = batch;
+    ap.method.chunk_size = C;
+    ap.method.alpha = float(alpha);
+    ap.method.gamma = float(gamma);
+    ap.method.sigma = c.sigma;
+    ap.method.prior = c.prior;
+    args = dashattn::cuda::make_attend_args(ap, shape);
+  }
+  int sms = 0;
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  AttendPlan plan = dashattn::cuda::plan_attend(shape, sms, c.dense);
+  if (c.warps) plan.warps = c.warps;
+  if (c.splits) plan.num_splits = c.splits;
+  void* ws = nullptr;
+  if (plan.num_splits > 1) {
+    const size_t bytes = size_t(plan.num_splits) * B * c.h_q * NQ * (c.d + 1) * 4 + 512;
+    CK(cudaMalloc(&ws, bytes));
+  }
+  dashattn::cuda::launch_attend_planned(args, c.d, c.dtype, plan, ws, nullptr);
+  CK(cudaGetLastError());
+  CK(cudaDeviceSynchronize());
+  o.download();
+  lse.download();
+
+  Outcome out;
+  double num = 0, den = 0;
+  for (int s = 0; s < B; ++s) {
+    const int64_t rows = c.varlen ? c.n_q[s] : NQ;
+    for (int64_t i = 0; i < rows; ++i) {
+      for (int h = 0; h < c.h_q; ++h) {
+        const size_t base = ref_index(s, i, h);
+        const double l = lse.f32[lse.off(bidx(s), h, qrow(s, i))];
+        if (i >= c.n_q[s]) {  // padding row of a padded batch
+          if (!(l == -INFINITY)) out.padding_ok = false;
+          for (int e = 0; e < c.d; ++e)
+            if (o.at(o.off(bidx(s), qrow(s, i), h, e)) != 0.0) out.padding_ok = false;
+          continue;
+        }
+        if (!std::isfinite(l)) out.finite = false;
+        out.lse_err = std::max(out.lse_err, std::fabs(l - ref_lse[base]));
+        for (int e = 0; e < c.d; ++e) {
+          const double got = o.at(o.off(bidx(s), qrow(s, i), h, e));
+          const double want = ref[base * c.d + e];
+          if (!std::isfinite(got)) out.finite = false;
+          num += (got - want) * (got - want);
+          den += want * want;
+          out.max_abs = std::max(out.max_abs, std::fabs(got - want));
+        }
+      }
+    }
+  }
+  out.rel_l2 = std::sqrt(num / std::max(den, 1e-30));
+  for (HostTensor* t : {&q, &k, &v, &o, &mask, &lse, &tau, &mu, &summ}) t->release();
+  for (void* p : {static_cast<void*>(d_cu_q), static_cast<void*>(d_cu_k), static_cast<void*>(d_len_q),
+                  static_cast<void*>(d_len_k), ws})
+    if (p) cudaFree(p);
+  return out;
+}
+
+std::vector<Case> conformance_cases() {
+  std::vector<Case> cs;
+  auto add = [&](Case c) { cs.push_back(c); return &cs.back(); };
+  Case base;
+  base.name = "d128 bf16 g16 C64 n300";
+  add(base);
+  { Case c = base; c.name = "d128 bf16 g16 4 warps"; c.warps = 4; add(c); }
+  { Case c = base; c.name = "d128 bf16 g16 1 warp"; c.warps = 1; add(c); }
+  { Case c = base; c.name = "d128 f16 g16 split 3"; c.dtype = c.o_dtype = DType::kF16; c.splits = 3; add(c); }
+  { Case c = base; c.name = "g1 C32 n200"; c.h_q = 4; c.h_kv = 4; c.chunk = 32; c.n_q = {200}; c.n_k = {200}; add(c); }
+  { Case c = base; c.name = "g4 C16 n257"; c.h_q = 8; c.h_kv = 2; c.chunk = 16; c.n_q = {257}; c.n_k = {257}; add(c); }
+  { Case c = base; c.name = "g32 C128 n400"; c.h_q = 32; c.h_kv = 1; c.chunk = 128; c.n_q = {400}; c.n_k = {400}; c.keep = 0.5; add(c); }
+  { Case c = base; c.name = "g6 C64 n333"; c.h_q = 12; c.h_kv = 2; c.n_q = {333}; c.n_k = {333}; add(c); }
+  { Case c = base; c.name = "d64 f16 g8 bhnd"; c.d = 64; c.dtype = c.o_dtype = DType::kF16; c.h_q = 8; c.n_q = {500}; c.n_k = {500}; c.bhnd = true; add(c); }
+  { Case c = base; c.name = "d256 bf16 g16"; c.d = 256; c.n_q = {200}; c.n_k = {200}; add(c); }
+  { Case c = base; c.name = "d256 bf16 g16 decode split"; c.d = 256; c.n_q = {1, 1}; c.n_k = {3000, 1700}; add(c); }
+  { Case c = base; c.name = "decode n_q1 b3 auto split"; c.n_q = {1, 1, 1}; c.n_k = {5000, 4000, 64}; add(c); }
+  { Case c = base; c.name = "decode n_q1 b3 split 7"; c.n_q = {1, 1, 1}; c.n_k = {5000, 4000, 64}; c.splits = 7; c.lengths = true; add(c); }
+  { Case c = base; c.name = "decode n_q3 g16 split 4"; c.n_q = {3, 3}; c.n_k = {2000, 999}; c.splits = 4; add(c); }
+  { Case c = base; c.name = "padded lengths"; c.h_q = 8; c.h_kv = 2; c.n_q = {100, 37, 64}; c.n_k = {100, 80, 200}; c.lengths = true; add(c); }
+  { Case c = base; c.name = "varlen"; c.h_q = 8; c.h_kv = 2; c.n_q = {50, 130, 1}; c.n_k = {50, 130, 700}; c.varlen = true; add(c); }
+  { Case c = base; c.name = "varlen decode split"; c.n_q = {1, 2, 1}; c.n_k = {900, 3000, 65}; c.varlen = true; c.splits = 5; add(c); }
+  { Case c = base; c.name = "prior raw g16 C64"; c.prior = PriorMode::kRaw; c.n_q = {200}; c.n_k = {200}; add(c); }
+  { Case c = base; c.name = "prior raw g4 C32"; c.prior = PriorMode::kRaw; c.h_q = 8; c.h_kv = 2; c.chunk = 32; c.n_q = {150}; c.n_k = {150}; add(c); }
+  { Case c = base; c.name = "prior estimate g16 C16"; c.prior = PriorMode::kEstimateDiagonal; c.chunk = 16; c.n_q = {120}; c.n_k = {120}; add(c); }
+  { Case c = base; c.name = "prior estimate decode split"; c.prior = PriorMode::kEstimateDiagonal; c.n_q = {1, 1}; c.n_k = {1500, 700}; c.splits = 3; add(c); }
+  { Case c = base; c.name = "dense g16"; c.dense = true; add(c); }
+  { Case c = base; c.name = "dense g2 d64 decode"; c.dense = true; c.d = 64; c.h_q = 4; c.h_kv = 2; c.n_q = {1, 4}; c.n_k = {3000, 2500}; add(c); }
+  { Case c = base; c.name = "o f32"; c.o_dtype = DType::kF32; c.n_q = {130}; c.n_k = {190}; add(c); }
+  return cs;
+}
+
+}  // namespace
+
+int run_conformance(bool verbose) {
+  int failures = 0;
+  uint64_t seed = 12345;
+  for (const Case& c : conformance_cases()) {
+    const Outcome r = run_case(c, seed++);
+    const bool f16 = c.dtype == DType::kF16 && c.o_dtype != DType::kBF16;
+    const double tol = f16 ? 4e-3 : 1.5e-2;
+    const bool ok = r.finite && r.padding_ok && r.rel_l2 <= tol && r.lse_err <= 2e-2;
+    if (!ok) ++failures;
+    if (!ok || verbose)
+      std::printf("%-4s %-32s rel_l2 %.2e max_abs %.2e lse_err %.2e finite %d padding %d\n", ok ? "ok" : "FAIL",
+                  c.name.c_str(), r.rel_l2, r.max_abs, r.lse_err, int(r.finite), int(r.padding_ok));
+  }
+  std::printf("conformance: %d failure(s)\n", failures);
+  return failures;
+}
+
+}  // namespace attend_check
