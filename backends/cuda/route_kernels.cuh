@@ -113,7 +113,7 @@ __device__ __forceinline__ void row_sums_quad_reduce(RowSums& r) {
 
 // One step of entmax.h's certified iteration (exact mode) or of its 3-step Halley approximation (reference mode)
 // for a row whose sums at trial t are s. Returns true when τ is final (written to *tau).
-__device__ bool certified_step(const RowSums& s, double alpha, EntmaxSolver solver, int iteration, double* t,
+__device__ inline bool certified_step(const RowSums& s, double alpha, EntmaxSolver solver, int iteration, double* t,
                                double* lo, double* hi, double* tau) {
   const bool is15 = alpha == 1.5, is2 = alpha == 2.0;
   const double p = 1.0 / (alpha - 1.0);
