@@ -50,24 +50,28 @@ else
   grep -A4 '^FAILED' "$OUT/build.log" | grep -E 'FAILED|error' | head -12
 fi
 
-ctest --test-dir "$BUILD" --output-on-failure -j8 --timeout 600 >"$OUT/ctest.log" 2>&1
-note "ctest: $(grep -E 'tests passed|tests failed' "$OUT/ctest.log" | tail -1)"
-grep -E "Failed|\*\*\*" "$OUT/ctest.log" | head -20
+# The test suites run while the sanitizers run (both are short on the GPU); the benchmark runs alone afterwards.
+timeout 200 ctest --test-dir "$BUILD" --output-on-failure -j8 --timeout 180 >"$OUT/ctest.log" 2>&1 &
+ctest_pid=$!
 
 : >"$OUT/sanitizer.log"
 for t in "$BUILD"/tests/cuda/test_cuda_*; do
   [ -x "$t" ] || continue
   for tool in memcheck racecheck initcheck synccheck; do
-    compute-sanitizer --tool $tool --error-exitcode 3 "$t" -tc='cuda small grid*' >>"$OUT/sanitizer.log" 2>&1
+    timeout 60 compute-sanitizer --tool $tool --error-exitcode 3 "$t" -tc='cuda small grid*' >>"$OUT/sanitizer.log" 2>&1
     rc=$?
     note "sanitizer $tool $(basename "$t"): $([ $rc -eq 0 ] && echo clean || echo "rc=$rc")"
   done
 done
 
+wait $ctest_pid
+note "ctest: $(grep -E 'tests passed|tests failed' "$OUT/ctest.log" | tail -1)"
+grep -E "\*\*\*|Failed  " "$OUT/ctest.log" | head -20
+
 if [ $BENCH = 1 ]; then
   if [ -x "$BUILD/bench/gpu/dashattn_gpu_bench" ]; then
     python3 bench/gpu/run_gpu_bench.py --bench "$BUILD/bench/gpu/dashattn_gpu_bench" --sizes "$SIZES" \
-      --out "$OUT" >"$OUT/bench.log" 2>&1
+      --out "$OUT" --timeout 170 >"$OUT/bench.log" 2>&1
     note "bench: rc=$?"
   else
     note "bench: binary missing"

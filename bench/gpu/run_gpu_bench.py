@@ -10,9 +10,15 @@ import subprocess
 import sys
 
 
-def run_jsonl(cmd, log):
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+def run_jsonl(cmd, log, timeout):
+    try:
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        sys.stderr.write(f"{' '.join(cmd)} timed out after {timeout} s\n")
+        proc = subprocess.CompletedProcess(cmd, 124, out)
     log.write(proc.stdout)
+    log.flush()
     rows = []
     for line in proc.stdout.splitlines():
         line = line.strip()
@@ -36,12 +42,14 @@ def main():
     ap.add_argument("--sizes", default="16384,32768,65536")
     ap.add_argument("--reps", default="30")
     ap.add_argument("--out", default=".")
+    ap.add_argument("--timeout", type=float, default=240, help="seconds per program")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     here = os.path.dirname(os.path.abspath(__file__))
     with open(os.path.join(args.out, "bench.jsonl"), "w") as log:
-        ours = run_jsonl([args.bench, "--sizes", args.sizes, "--reps", args.reps], log)
-        torch_rows = run_jsonl([sys.executable, os.path.join(here, "torch_baselines.py"), "--sizes", args.sizes], log)
+        ours = run_jsonl([args.bench, "--sizes", args.sizes, "--reps", args.reps], log, args.timeout)
+        torch_rows = run_jsonl([sys.executable, os.path.join(here, "torch_baselines.py"), "--sizes", args.sizes], log,
+                               args.timeout)
     info = {}
     for r in ours + torch_rows:
         if "device" in r:
