@@ -33,12 +33,14 @@ const std::vector<float> kAlphas = {1.5f, 2.0f, 1.25f};
 const std::vector<float> kSigmas = {1e8f, 1.0f};
 const std::vector<int64_t> kBatches = {1, 2};
 const std::vector<bool> kBools = {false, true};
+const std::vector<float> kScales = {0.0f, 0.3f};  // 0 selects 1/sqrt(d); Stage 0/1 always use 1/sqrt(d)
 
-constexpr int kAxes = 15;
+constexpr int kAxes = 16;
 const size_t kAxisSizes[kAxes] = {kLengths.size(), kQueryShapes.size(), kChunks.size(), kGroups.size(),
                                   kKvHeads.size(), kHeadDims.size(), kDtypes.size(), kPriors.size(),
                                   kLayouts.size(), kGammas.size(), kAlphas.size(), kSigmas.size(),
-                                  kBatches.size(), kBools.size() /*f32 output*/, kBools.size() /*mean pooling*/};
+                                  kBatches.size(), kBools.size() /*f32 output*/, kBools.size() /*mean pooling*/,
+                                  kScales.size()};
 
 struct Combo {
   size_t pick[kAxes];
@@ -63,6 +65,7 @@ struct Combo {
   int64_t batch() const { return kBatches[pick[12]]; }
   bool f32_out() const { return kBools[pick[13]]; }
   bool mean_pooling() const { return kBools[pick[14]]; }
+  float scale() const { return kScales[pick[15]]; }
 
   // Work of the scalar reference: attended keys × heads × head dim, over the batch.
   double cost() const { return double(batch()) * n_q() * (n() - n_q() / 2.0) * h_q() * d(); }
@@ -72,7 +75,8 @@ struct Combo {
     os << "b " << batch() << " n_q " << n_q() << " n_k " << n() << " C " << chunk() << " h_q " << h_q() << " h_kv "
        << h_kv() << " d " << d() << " " << dtype_name(dtype()) << (f32_out() ? "->f32" : "") << " prior "
        << prior_mode_name(prior()) << " sigma " << sigma() << " gamma " << gamma() << " alpha " << alpha()
-       << (layout() == ref::Layout::kBHND ? " bhnd" : " bnhd") << (mean_pooling() ? " mean-pooling" : "");
+       << (layout() == ref::Layout::kBHND ? " bhnd" : " bnhd") << (mean_pooling() ? " mean-pooling" : "")
+       << " scale " << scale();
     return os.str();
   }
 };
@@ -125,6 +129,7 @@ MethodParams method_for(const Combo& c) {
   m.gamma = c.gamma();
   m.sigma = c.sigma();
   m.prior = c.prior();
+  m.scale = c.scale();
   return m;
 }
 
@@ -252,6 +257,13 @@ TEST_CASE("the conformance check rejects wrong outputs") {
     const int64_t at = bad.o.view.offset(0, 200, 5, 17);
     const float v = ref::load_element(bad.o.view, 0, 200, 5, 17);
     store_from_float(bad.o.bytes.data() + at * 2, DType::kBF16, v + 0.05f);
+    CHECK_FALSE(ref::check_forward(pr, method, bad).pass());
+  }
+  SUBCASE("one summary element off by 0.02") {
+    ref::ForwardOutputs bad = run.out;
+    const int64_t at = bad.summaries.view.offset(0, 7, 1, 33);
+    const float v = ref::load_element(bad.summaries.view, 0, 7, 1, 33);
+    store_from_float(bad.summaries.bytes.data() + at * 2, DType::kBF16, v + 0.02f);
     CHECK_FALSE(ref::check_forward(pr, method, bad).pass());
   }
   SUBCASE("an lse off by 1e-3") {

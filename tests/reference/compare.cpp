@@ -58,9 +58,7 @@ double default_atol(DType out_dtype) {
   return 1e-5;
 }
 
-double ulp_distance(double a, double b, DType dtype) {
-  if (a == b) return 0.0;
-  const double mag = std::max(std::fabs(a), std::fabs(b));
+double dtype_spacing(double magnitude, DType dtype) {
   int mantissa_bits = 23;  // explicit fraction bits
   int min_exp = -126;      // exponent of the smallest normal
   if (dtype == DType::kBF16) mantissa_bits = 7;
@@ -72,9 +70,13 @@ double ulp_distance(double a, double b, DType dtype) {
     mantissa_bits = 52;
     min_exp = -1022;
   }
-  const int exp = std::max(static_cast<int>(std::floor(std::log2(mag))), min_exp);
-  const double spacing = std::ldexp(1.0, exp - mantissa_bits);
-  return std::fabs(a - b) / spacing;
+  const int exp = magnitude > 0 ? std::max(static_cast<int>(std::floor(std::log2(magnitude))), min_exp) : min_exp;
+  return std::ldexp(1.0, exp - mantissa_bits);
+}
+
+double ulp_distance(double a, double b, DType dtype) {
+  if (a == b) return 0.0;
+  return std::fabs(a - b) / dtype_spacing(std::max(std::fabs(a), std::fabs(b)), dtype);
 }
 
 }  // namespace dashattn::ref

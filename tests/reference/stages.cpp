@@ -45,10 +45,11 @@ double dot(const double* a, const double* b, int64_t d) {
 }
 }  // namespace
 
-std::vector<double> summarize(const Sequence& s, const Method& m) {
+std::vector<double> summarize(const Sequence& s, const Method& m, std::vector<double>* abs_weighted) {
   const int64_t C = m.chunk, num_complete = s.n_k / C, d = s.d;
   const double inv_sqrt_d = 1.0 / std::sqrt(double(d));
   std::vector<double> out(num_complete * s.h_kv * d, 0.0);
+  if (abs_weighted) abs_weighted->assign(out.size(), 0.0);
   for (int64_t c = 0; c < num_complete; ++c) {
     for (int64_t r = 0; r < s.h_kv; ++r) {
       // softmax_t(⟨q̄_r, k_t⟩ / sqrt(d)) over the chunk's keys, which are also the values.
@@ -65,6 +66,8 @@ std::vector<double> summarize(const Sequence& s, const Method& m) {
         const double p = std::exp(logit[t] - max_logit) / norm;
         const double* key = s.k_row(c * C + t, r);
         for (int64_t e = 0; e < d; ++e) kbar[e] += p * key[e];
+        if (abs_weighted)
+          for (int64_t e = 0; e < d; ++e) (*abs_weighted)[(c * s.h_kv + r) * d + e] += p * std::fabs(key[e]);
       }
       // Stored in the key dtype, as the model saw them in training.
       for (int64_t e = 0; e < d; ++e) kbar[e] = round_to_dtype(static_cast<float>(kbar[e]), s.key_dtype);

@@ -67,8 +67,10 @@ double entmax_weight_sum(const std::vector<double>& x, double tau, double alpha)
 bool is_entmax_tie(double x, double tau);
 
 // ---------------------------------------------------------------------------------------------------------------
-// Stage 0: summaries [num_complete_chunks][h_kv][d], rounded to the key dtype.
-std::vector<double> summarize(const Sequence& s, const Method& m);
+// Stage 0: summaries [num_complete_chunks][h_kv][d], rounded to the key dtype. abs_weighted, when given, receives
+// Σ_t p_t·|k_t| per element: the scale of an fp32 accumulation's rounding (a near-zero component of a summary
+// can round to a different 16-bit value after fp32 accumulation).
+std::vector<double> summarize(const Sequence& s, const Method& m, std::vector<double>* abs_weighted = nullptr);
 
 // A chunk whose (α−1)·z̄ lies within the tie band of its head's threshold.
 struct Tie {
@@ -248,6 +250,8 @@ ToleranceCheck check_tolerance(const std::vector<double>& got, const std::vector
 // Default absolute slack of the tolerance rule for an output dtype.
 double default_atol(DType out_dtype);
 
+// Spacing of the dtype's values at a magnitude (subnormal spacing below the normal range).
+double dtype_spacing(double magnitude, DType dtype);
 // Distance in units of the dtype's spacing at the larger magnitude of a and b (0 when equal).
 double ulp_distance(double a, double b, DType dtype);
 
