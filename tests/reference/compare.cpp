@@ -79,4 +79,10 @@ double ulp_distance(double a, double b, DType dtype) {
   return std::fabs(a - b) / dtype_spacing(std::max(std::fabs(a), std::fabs(b)), dtype);
 }
 
+bool agree_across_paths(double a, double b, DType out_dtype) {
+  if (!std::isfinite(a) || !std::isfinite(b)) return a == b;
+  if (out_dtype == DType::kF32) return std::fabs(a - b) <= 2e-5 * std::max(1.0, std::fabs(a));
+  return ulp_distance(a, b, out_dtype) <= 1.0;
+}
+
 }  // namespace dashattn::ref

@@ -45,7 +45,7 @@ ref::Problem extract_sequence(const ref::Problem& pr, int64_t s) {
 
 struct Agreement {
   double worst_o_ulps = 0;
-  int64_t o_not_bitwise = 0, lse_diff = 0, mask_diff = 0, active_diff = 0, summary_diff = 0;
+  int64_t o_not_bitwise = 0, o_disagree = 0, lse_diff = 0, mask_diff = 0, active_diff = 0, summary_diff = 0;
 };
 
 // The batch's rows of sequence s against the standalone run of that sequence.
@@ -62,10 +62,11 @@ void compare_sequence(const ref::Problem& pr, const ref::ForwardOutputs& batch, 
         a->worst_o_ulps =
             std::max(a->worst_o_ulps, std::isfinite(got) ? ref::ulp_distance(got, want, out_dtype) : 1e30);
         a->o_not_bitwise += got != want;
+        a->o_disagree += ref::agree_across_paths(got, want, out_dtype) ? 0 : 1;
       }
       const float lb = static_cast<const float*>(batch.lse.view.data)[batch.lse.view.offset(sp.batch_index, h, row)];
       const float lo = static_cast<const float*>(one.lse.view.data)[one.lse.view.offset(0, h, i)];
-      a->lse_diff += std::fabs(lb - lo) <= 1e-6f * std::max(1.0f, std::fabs(lo)) ? 0 : 1;
+      a->lse_diff += std::fabs(lb - lo) <= 2e-6f * std::max(1.0f, std::fabs(lo)) ? 0 : 1;
     }
     for (int64_t r = 0; r < h_kv; ++r) {
       // The batch's rows may be wider (words of the longest sequence); the extra words must be zero.
@@ -134,7 +135,7 @@ void run_batch_against_sequences(const ref::Problem& pr, const MethodParams& met
     }
     MESSAGE(name << ": batch vs per-sequence o worst " << a.worst_o_ulps << " ulp, " << a.o_not_bitwise
                  << " elements not bitwise equal");
-    CHECK(a.worst_o_ulps <= 1.0);
+    CHECK(a.o_disagree == 0);
     CHECK(a.lse_diff == 0);
     CHECK(a.mask_diff == 0);
     CHECK(a.active_diff == 0);

@@ -254,5 +254,8 @@ double default_atol(DType out_dtype);
 double dtype_spacing(double magnitude, DType dtype);
 // Distance in units of the dtype's spacing at the larger magnitude of a and b (0 when equal).
 double ulp_distance(double a, double b, DType dtype);
+// Whether two outputs of one backend that summed in different orders (prefill vs decode, a batch vs one
+// sequence) agree: 16-bit outputs at most one unit apart after rounding, f32 outputs within fp32 summation noise.
+bool agree_across_paths(double a, double b, DType out_dtype);
 
 }  // namespace dashattn::ref
