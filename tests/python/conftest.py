@@ -46,3 +46,24 @@ requires_cuda = pytest.mark.skipif(not cuda_available(),
 @pytest.fixture
 def rng():
     return np.random.default_rng(1234)
+
+
+def cpu_backend_available() -> bool:
+    import dashattn
+
+    return any(b["name"] == "cpu" and b["available"] for b in dashattn.backends())
+
+
+requires_cpu_backend = pytest.mark.skipif(not cpu_backend_available(),
+                                          reason="dashattn built without the CPU backend")
+
+
+def pytest_collection_modifyitems(config, items):
+    # A GPU machine may build the package without the CPU backend (no Highway/oneTBB there): every test that is
+    # not a GPU test runs on CPU arrays and is skipped then, with the reason shown.
+    if cpu_backend_available():
+        return
+    skip = pytest.mark.skip(reason="dashattn built without the CPU backend")
+    for item in items:
+        if "gpu" not in item.keywords:
+            item.add_marker(skip)
