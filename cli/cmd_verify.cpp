@@ -150,7 +150,8 @@ Result check(Backend& backend, const std::string& name, const HostProblem& host,
   }
 
   // Stage 1 from the backend's summaries.
-  const reference::Routing routing = reference::route(ref, std::vector<double>(be_sum.begin(), be_sum.end()));
+  const std::vector<double> be_sum_wide(be_sum.begin(), be_sum.end());
+  const reference::Routing routing = reference::route<double>(ref, be_sum_wide);
   const uint32_t* be_mask = reinterpret_cast<const uint32_t*>(out.mask.data());
   const int32_t* be_active = reinterpret_cast<const int32_t*>(out.active.data());
   const int64_t words = out.words();
@@ -177,7 +178,8 @@ Result check(Backend& backend, const std::string& name, const HostProblem& host,
 
   // Stage 2.
   const reference::Attention exact = reference::attend<double>(ref, routing);
-  const reference::Attention naive = reference::attend<float>(ref, routing);
+  const reference::Attention naive = reference::attend<float>(
+      ref, reference::with_weights_of(routing, reference::route<float>(ref, be_sum_wide), nc));
   const std::vector<float> o = to_float(out.o), lse = to_float(out.lse);
   double naive_o = 0, naive_lse = 0, max_o = 0, max_lse = 0, sum_o = 0;
   int64_t counted = 0;

@@ -95,6 +95,7 @@ double entmax_threshold_sorted(std::vector<double> x, double alpha) {
   return 0.5 * (lo + hi) + top;
 }
 
+template <typename Real>
 Routing route(const Problem& p, const std::vector<double>& summ) {
   const int64_t C = p.chunk(), nc = p.complete_chunks(), d = p.d, g = p.h_q / p.h_kv;
   const double alpha = p.method.alpha, inv_sqrt_d = 1.0 / std::sqrt(static_cast<double>(d));
@@ -121,13 +122,14 @@ Routing route(const Problem& p, const std::vector<double>& summ) {
           const double* q = &p.q[idx4(s, i, kv * g + hh, 0, p.n_q, p.h_q, d)];
           for (int64_t c = 0; c < diag; ++c) {
             const double* sm = &summ[idx4(s, c, kv, 0, nc, p.h_kv, d)];
-            double dot = 0, dot_abs = 0;
+            Real dot = 0;
+            double dot_abs = 0;
             for (int64_t e = 0; e < d; ++e) {
-              dot += q[e] * sm[e];
+              dot += static_cast<Real>(q[e]) * static_cast<Real>(sm[e]);
               dot_abs += std::fabs(q[e] * sm[e]);
             }
             const double factor = (alpha - 1.0) * p.method.gamma * inv_sqrt_d;
-            x[static_cast<size_t>(hh * nc + c)] = factor * dot;
+            x[static_cast<size_t>(hh * nc + c)] = static_cast<double>(static_cast<Real>(factor) * dot);
             // Worst-case float32 error of a length-d dot product and its scaling.
             const double e_bound = std::fabs(factor) * dot_abs * static_cast<double>(d + 3) * kFloatEps;
             err[static_cast<size_t>(hh * nc + c)] = e_bound;
@@ -139,23 +141,23 @@ Routing route(const Problem& p, const std::vector<double>& summ) {
         double log_sum = 0;
         int64_t routed = 0;
         for (int64_t c = 0; c < diag; ++c) {
-          double w = 0;
+          Real w = 0;
           bool clearly_in = false, near = false;
           for (int64_t hh = 0; hh < g; ++hh) {
             const double t = tau[static_cast<size_t>(hh)];
             const double y = x[static_cast<size_t>(hh * nc + c)] - t;
-            if (y > 0) w += std::pow(y, power);
+            if (y > 0) w += std::pow(static_cast<Real>(y), static_cast<Real>(power));
             // The threshold moves by at most the largest score error of the row; the score by its own.
             const double margin = 1e-6 * std::max(1.0, std::fabs(t)) + err[static_cast<size_t>(hh * nc + c)] + row_err;
             if (y > margin) clearly_in = true;
             if (std::fabs(y) <= margin) near = true;
           }
-          w /= static_cast<double>(g);
+          w /= static_cast<Real>(g);
           const size_t cell = row * static_cast<size_t>(nc) + static_cast<size_t>(c);
           r.tie[cell] = (!clearly_in && near) ? 1 : 0;
           if (w > 0) {
             mask[c / 32] |= 1u << (c % 32);
-            r.log_w[cell] = std::log(w);
+            r.log_w[cell] = static_cast<double>(std::log(w));
             log_sum += r.log_w[cell];
             ++routed;
           }
@@ -163,6 +165,28 @@ Routing route(const Problem& p, const std::vector<double>& summ) {
         r.mu[row] = routed > 0 ? log_sum / static_cast<double>(routed) : 0.0;
       }
     }
+  }
+  return r;
+}
+
+template Routing route<double>(const Problem&, const std::vector<double>&);
+template Routing route<float>(const Problem&, const std::vector<double>&);
+
+Routing with_weights_of(const Routing& exact, const Routing& approx, int64_t nc) {
+  Routing r = exact;
+  const size_t rows = r.mu.size();
+  for (size_t row = 0; row < rows; ++row) {
+    double sum = 0;
+    int64_t routed = 0;
+    for (size_t c = 0; c < static_cast<size_t>(nc); ++c) {
+      double& lw = r.log_w[row * static_cast<size_t>(nc) + c];
+      if (std::isinf(lw)) continue;
+      const double other = approx.log_w[row * static_cast<size_t>(nc) + c];
+      if (!std::isinf(other)) lw = other;
+      sum += lw;
+      ++routed;
+    }
+    r.mu[row] = routed > 0 ? sum / static_cast<double>(routed) : 0.0;
   }
   return r;
 }

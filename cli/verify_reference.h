@@ -39,7 +39,14 @@ struct Routing {
 };
 
 // Stage 1 over the given summaries (the backend's, to isolate routing from Stage 0 rounding, or our own).
+// Real = double is the reference; Real = float computes the scores and weights in float32 as a backend does
+// (thresholds still exact on those scores), which is how sensitive the prior bias log w is to rounding.
+template <typename Real>
 Routing route(const Problem& p, const std::vector<double>& summaries);
+
+// The exact routing's mask with the weights (log w, mu) of another routing wherever both route a chunk: the
+// routing a naive same-precision computation would attend with, minus its tie flips.
+Routing with_weights_of(const Routing& exact, const Routing& approximate, int64_t complete_chunks);
 
 struct Attention {
   std::vector<double> o;    // [b, n_q, h_q, d]

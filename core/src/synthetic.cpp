@@ -63,6 +63,13 @@ void check(const Config& c) {
   if (c.h_q % c.h_kv != 0) {
     throw InvalidArgument("h_q", "a multiple of h_kv = " + std::to_string(c.h_kv), std::to_string(c.h_q));
   }
+  if (!(c.needle_key_share > 0.0f)) {
+    throw InvalidArgument("needle_key_share", "a value > 0", std::to_string(c.needle_key_share));
+  }
+  if (c.num_needles > c.d) {
+    throw InvalidArgument("num_needles", "at most d = " + std::to_string(c.d) + " (one direction each)",
+                          std::to_string(c.num_needles));
+  }
   if (c.num_needles < 0) throw InvalidArgument("num_needles", "a value >= 0", std::to_string(c.num_needles));
   if (c.num_needles > 0) {
     require_positive("needle_queries", c.needle_queries);
@@ -90,16 +97,27 @@ std::vector<int64_t> pick_needle_chunks(const Config& c, Gaussian& rng) {
   return chunks;
 }
 
-std::vector<float> unit_vector(int64_t d, Gaussian& rng) {
-  std::vector<float> u(static_cast<size_t>(d));
-  double norm2 = 0;
-  for (float& x : u) {
-    x = rng();
-    norm2 += static_cast<double>(x) * x;
+// count random orthonormal vectors of dimension d (Gram-Schmidt in double on Gaussian draws); at most d of them.
+std::vector<std::vector<float>> orthonormal_directions(size_t count, int64_t d, Gaussian& rng) {
+  std::vector<std::vector<double>> basis;
+  while (basis.size() < std::min(count, static_cast<size_t>(d))) {
+    std::vector<double> u(static_cast<size_t>(d));
+    for (double& x : u) x = rng();
+    for (const std::vector<double>& b : basis) {
+      double dot = 0;
+      for (size_t e = 0; e < u.size(); ++e) dot += u[e] * b[e];
+      for (size_t e = 0; e < u.size(); ++e) u[e] -= dot * b[e];
+    }
+    double norm2 = 0;
+    for (double x : u) norm2 += x * x;
+    if (norm2 < 1e-6) continue;  // numerically dependent draw: try again
+    const double inv = 1.0 / std::sqrt(norm2);
+    for (double& x : u) x *= inv;
+    basis.push_back(std::move(u));
   }
-  const float inv = static_cast<float>(1.0 / std::sqrt(std::max(norm2, 1e-30)));
-  for (float& x : u) x *= inv;
-  return u;
+  std::vector<std::vector<float>> out;
+  for (const std::vector<double>& b : basis) out.emplace_back(b.begin(), b.end());
+  return out;
 }
 
 }  // namespace
@@ -140,7 +158,12 @@ Problem generate(const Config& config) {
   for (int64_t s = 0; s < b; ++s) {
     for (int64_t ch = 0; ch < num_chunks; ++ch) {
       for (int64_t r = 0; r < hkv; ++r) {
-        for (float& x : centres) x = c.centre_scale * rng();
+        for (int64_t e = 0; e < d; ++e) {
+          const float chunk_centre = c.centre_scale * rng();
+          for (int m = 0; m < c.clusters_per_chunk; ++m) {
+            centres[static_cast<size_t>(m * d + e)] = chunk_centre + c.cluster_spread * rng();
+          }
+        }
         const int64_t end = std::min(n, (ch + 1) * c.chunk);
         for (int64_t j = ch * c.chunk; j < end; ++j) {
           const int64_t m = rng.integer(0, c.clusters_per_chunk - 1);
@@ -151,32 +174,48 @@ Problem generate(const Config& config) {
     }
   }
 
-  // Needles: one shared direction per (needle, KV head) on the chunk's keys and on its window's queries of
-  // every query head of that KV head's group, so each contributes needle_boost to <q, k> / sqrt(d).
+  // Needles: one direction per (needle, KV head) on the chunk's keys and on its window's queries of every query
+  // head of that KV head's group, so each contributes needle_boost to <q, k> / sqrt(d). The directions are made
+  // orthonormal and projected out of every other key of the sequence first: the large query shift then changes
+  // no other chunk's score, and only the planted chunk answers it.
   const float magnitude = std::sqrt(c.needle_boost * std::sqrt(static_cast<float>(d)));
+  const float key_magnitude = magnitude * c.needle_key_share, query_magnitude = magnitude / c.needle_key_share;
   for (int64_t s = 0; s < b; ++s) {
+    std::vector<Needle> planted;
     for (int64_t ch : pick_needle_chunks(c, rng)) {
       Needle nd;
       nd.batch_index = s;
       nd.chunk = ch;
       nd.query_begin = rng.integer((ch + 1) * c.chunk, n - c.needle_queries);
       nd.query_end = nd.query_begin + c.needle_queries;
-      for (int64_t r = 0; r < hkv; ++r) {
-        std::vector<float> u = unit_vector(d, rng);
-        for (float& x : u) x *= magnitude;
-        for (int64_t j = ch * c.chunk; j < (ch + 1) * c.chunk; ++j) {
+      planted.push_back(nd);
+    }
+    for (int64_t r = 0; r < hkv; ++r) {
+      const std::vector<std::vector<float>> dirs = orthonormal_directions(planted.size(), d, rng);
+      for (int64_t j = 0; j < n; ++j) {
+        float* key = &p.k[static_cast<size_t>(((s * n + j) * hkv + r) * d)];
+        for (const std::vector<float>& u : dirs) {
+          float dot = 0;
+          for (int64_t e = 0; e < d; ++e) dot += key[e] * u[static_cast<size_t>(e)];
+          for (int64_t e = 0; e < d; ++e) key[e] -= dot * u[static_cast<size_t>(e)];
+        }
+      }
+      for (size_t m = 0; m < planted.size(); ++m) {
+        const Needle& nd = planted[m];
+        const std::vector<float>& u = dirs[m];
+        for (int64_t j = nd.chunk * c.chunk; j < (nd.chunk + 1) * c.chunk; ++j) {
           float* key = &p.k[static_cast<size_t>(((s * n + j) * hkv + r) * d)];
-          for (int64_t e = 0; e < d; ++e) key[e] += u[static_cast<size_t>(e)];
+          for (int64_t e = 0; e < d; ++e) key[e] += key_magnitude * u[static_cast<size_t>(e)];
         }
         for (int64_t i = nd.query_begin; i < nd.query_end; ++i) {
           for (int64_t h = r * g; h < (r + 1) * g; ++h) {
             float* query = &p.q[static_cast<size_t>(((s * n + i) * hq + h) * d)];
-            for (int64_t e = 0; e < d; ++e) query[e] += u[static_cast<size_t>(e)];
+            for (int64_t e = 0; e < d; ++e) query[e] += query_magnitude * u[static_cast<size_t>(e)];
           }
         }
       }
-      p.needles.push_back(nd);
     }
+    p.needles.insert(p.needles.end(), planted.begin(), planted.end());
   }
   return p;
 }

@@ -2,8 +2,9 @@
 //
 // Random Gaussian queries and keys give chunk summaries that all look alike, so routing is either dense or
 // arbitrary and nothing can be checked by eye. These problems plant what a real model's keys have:
-//  - clustered keys: each chunk's keys scatter around a few centres of that chunk, so a summary is an informative
-//    description of its chunk and the routing scores of different chunks differ by several units;
+//  - clustered keys: each chunk's keys scatter around a few cluster centres, which themselves scatter around the
+//    chunk's own centre, so a summary is an informative description of its chunk and the routing scores of
+//    different chunks differ by several units;
 //  - needles: a few chunks whose keys share a strong random direction that is also added to the queries of a
 //    later window of positions, so those queries should route the needle chunk whatever else they see.
 // The summary query is small and random: Stage 0 is close to, but not exactly, mean pooling.
@@ -31,12 +32,15 @@ struct Config {
   int num_needles = 4;
   int64_t needle_queries = 32; // length of the window of queries that should retrieve each needle
   int clusters_per_chunk = 2;
-  float centre_scale = 1.5f;   // std of a cluster centre's entries
+  float centre_scale = 2.5f;   // std of the entries of a chunk's centre
+  float cluster_spread = 0.7f; // std of a cluster centre around its chunk's centre
   float key_noise = 0.5f;      // std of a key around its centre
-  float query_scale = 2.0f;    // std of a query's entries
+  float query_scale = 2.5f;    // std of a query's entries
   // Score boost, in units of <q, k>/sqrt(d), that a needle direction adds between a needle key and a query of
-  // its window: the direction has norm sqrt(needle_boost * sqrt(d)) on both sides.
-  float needle_boost = 8.0f;
+  // its window. The direction has norm m * needle_key_share on the keys and m / needle_key_share on the queries,
+  // m = sqrt(needle_boost * sqrt(d)): a small key share keeps the needle chunk unremarkable to other queries.
+  float needle_boost = 20.0f;
+  float needle_key_share = 0.5f;
   float summary_query_scale = 0.05f;
   uint64_t seed = 0;
 };
