@@ -1,22 +1,27 @@
-// Stage-2 attention kernel: FlashAttention-2 style (mma.sync m16n8k16, ldmatrix, cp.async ring of K/V tiles,
-// online softmax in registers) over the union of the routed tiles of a block of query rows.
+// Stage-2 attention kernel: FlashAttention-2 style maths (mma.sync m16n8k16, ldmatrix, online softmax in
+// registers) over the union of the routed key tiles of a block of query rows, with a producer warp.
 //
 // Rows. For one (sequence, KV head) the rows are the (query token, head of the group) pairs in token-major order,
-// R = i * g + h. A CTA takes kRows = 16 * kWarps consecutive rows, so with g = 16 each warp is one token's 16
-// heads (M = the GQA group), g < 16 packs several tokens into a warp and g > 16 splits a token over warps. Every
-// row keeps its own mask, so any g works.
+// R = i * g + h. A CTA takes kRows = 16 * kWarps consecutive rows, so with g = 16 each consumer warp is one
+// token's 16 heads (M = the GQA group), g < 16 packs several tokens into a warp and g > 16 splits a token over
+// warps. Every row keeps its own mask, so any g works.
 //
-// Union tiling. The CTA ORs the tile sets of its tokens into a shared-memory bitset and walks it ascending; a
-// K/V tile is loaded once for all of the CTA's tokens. Each warp skips the MMAs of a tile none of its rows attend
-// (warp-uniform), and rows that do not attend a key get -inf logits. The diagonal chunk is just the last tiles.
+// Union tiling. The CTA ORs the 64-key tile sets of its tokens into a shared-memory bitset; a producer warp walks
+// it ascending and streams each K/V tile once into a ring of kStages buffers (cp.async, completion signalled on a
+// per-stage "full" mbarrier). Consumer warps walk the same list independently: a warp whose rows attend none of a
+// tile's keys only releases the stage ("empty" mbarrier) and moves on, so with random per-token routing the
+// warps are not held in lock-step by the tiles other tokens chose. Rows that do not attend a key get -inf logits.
+// The diagonal chunk is simply the last tiles.
 //
 // Split-KV (decode). With num_splits > 1, split z of a row block takes the z-th equal share of the union's tiles
-// (counted on the device, so work follows the routing, not the sequence length) and writes fp32 partials.
+// (counted on the device, so work follows the routing, not the sequence length) and writes fp32 partials that
+// combine_splits_kernel merges.
 #pragma once
 
 #include <cstdint>
 
 #include "attend_args.cuh"
+#include "attend_combine.cuh"
 #include "attend_masks.cuh"
 #include "mma_tiles.cuh"
 
@@ -26,22 +31,23 @@ template <int kHeadDim_, typename Element_, int kWarps_, int kStages_>
 struct AttendConfig {
   static constexpr int kHeadDim = kHeadDim_;
   using Element = Element_;
-  static constexpr int kWarps = kWarps_;
-  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kWarps = kWarps_;             // consumer warps
+  static constexpr int kThreads = (kWarps + 1) * 32;  // + the producer warp
   static constexpr int kStages = kStages_;
   static constexpr int kRows = 16 * kWarps;
   static constexpr int kKSteps = kHeadDim / 16;     // k-steps of QK^T
   static constexpr int kONTiles = kHeadDim / 8;     // n-tiles of the O accumulator
-  static constexpr bool kQInRegisters = kHeadDim <= 128;
-  static constexpr int kRowChunks = kHeadDim / 8;   // 16-byte pieces per row
+  static constexpr bool kQInRegisters = kHeadDim <= 64;
+  static constexpr int kRowPieces = kHeadDim / 8;   // 16-byte pieces per row
   static constexpr int kTileElems = kTileKeys * kHeadDim;
   static_assert(kHeadDim % 64 == 0, "the swizzle needs at least 8 16-byte pieces per row");
 
-  // Dynamic shared memory layout (bytes): Q, K/V ring, bias table, union bitset.
+  // Dynamic shared memory (bytes): Q, K/V ring, per-warp bias tables, mbarriers + counters, union bitset.
   static constexpr size_t kQBytes = size_t(kRows) * kHeadDim * sizeof(Element);
   static constexpr size_t kRingBytes = size_t(kStages) * 2 * kTileElems * sizeof(Element);
-  static constexpr size_t kBiasBytes = size_t(kRows) * 4 * sizeof(float);
-  static constexpr size_t kFixedBytes = kQBytes + kRingBytes + kBiasBytes + 16;
+  static constexpr size_t kBiasBytes = size_t(kWarps) * 64 * sizeof(float);
+  static constexpr size_t kBarrierBytes = size_t(2 * kStages) * 8 + 16;
+  static constexpr size_t kFixedBytes = kQBytes + kRingBytes + kBiasBytes + kBarrierBytes;
   static size_t smem_bytes(int union_words) { return kFixedBytes + size_t(union_words) * 4; }
 };
 
@@ -54,26 +60,9 @@ __device__ __forceinline__ int swz(int row, int col) {
 
 struct RowInfo {
   RowRouting route;
-  int64_t token;  // query index in its sequence (valid rows only)
-  int head;       // query head
-  int token_slot; // token - first token of the CTA (index into the bias table)
+  int token_slot;  // token - first token of the warp (index into the warp's bias table)
   bool valid;
 };
-
-template <class Cfg>
-__device__ __forceinline__ void load_rows_async(typename Cfg::Element* smem, const DeviceTensor& t, int64_t batch_index, int64_t row_begin,
-                                                int64_t row_end, int head, int tid) {
-  constexpr int kPieces = kTileKeys * Cfg::kRowChunks;
-  for (int task = tid; task < kPieces; task += Cfg::kThreads) {
-    const int r = task / Cfg::kRowChunks;
-    const int piece = task % Cfg::kRowChunks;
-    const int64_t row = row_begin + r;
-    const bool ok = row < row_end;
-    const typename Cfg::Element* src =
-        static_cast<const typename Cfg::Element*>(t.data) + (ok ? t.offset(batch_index, row, head) + piece * 8 : 0);
-    mma::cp_async_16(smem + swz<Cfg::kHeadDim>(r, piece * 8), src, ok ? 16 : 0);
-  }
-}
 
 __device__ __forceinline__ const uint32_t* mask_row_ptr(const AttendArgs& a, const SequenceSpan& sp, int kv_head,
                                                         int64_t token) {
@@ -92,8 +81,8 @@ struct TileCursor {
   }
 };
 
-// Group weight w_c of chunk c for token i of a sequence, computed by one warp (lanes over heads, summed in head
-// order as dashattn::group_weight does), and the resulting bias in log2 units.
+// Bias (log2 units) of routed chunk c for token i: the group weight w_c recomputed from tau as Stage 1 defined it,
+// by one warp (lanes over heads, summed in head order as dashattn::group_weight does).
 template <class Cfg>
 __device__ float chunk_bias_log2(const AttendArgs& a, const SequenceSpan& sp, int64_t seq, int kv_head,
                                  int64_t token, int64_t c, int lane) {
@@ -109,7 +98,7 @@ __device__ float chunk_bias_log2(const AttendArgs& a, const SequenceSpan& sp, in
       const int qh = kv_head * a.group + h;
       const Element* qrow = qb + a.q.offset(sp.batch_index, sp.q_begin + token, qh);
       float dot = 0.0f;
-#pragma unroll 4
+#pragma unroll 2
       for (int e = 0; e < Cfg::kHeadDim; e += 8) {
         const uint4 qv = *reinterpret_cast<const uint4*>(qrow + e);
         const uint4 kv = *reinterpret_cast<const uint4*>(kbar + e);
@@ -118,14 +107,13 @@ __device__ float chunk_bias_log2(const AttendArgs& a, const SequenceSpan& sp, in
 #pragma unroll
         for (int u = 0; u < 8; ++u) dot = fmaf(float(qe[u]), float(ke[u]), dot);
       }
-      const float x = x_scale * dot;
       const float tau = static_cast<const float*>(a.tau.data)[row_output_offset(a.tau, sp, qh, token)];
-      wh = entmax_weight(x, tau, a.alpha);
+      wh = entmax_weight(x_scale * dot, tau, a.alpha);
     }
     for (int j = 0; j < 32 && h0 + j < a.group; ++j) sum += __shfl_sync(0xffffffffu, wh, j);
   }
   float w = sum / float(a.group);
-  // The mask bit is ground truth: a weight that recomputes to zero still contributes the smallest normal float.
+  // The mask bit is ground truth: a weight that recomputes to zero still gets a finite bias.
   if (!(w > 0.0f)) w = kMinRoutedWeight;
   const float mu = static_cast<const float*>(a.mu.data)[row_output_offset(a.mu, sp, kv_head, token)];
   return prior_bias(a.prior, logf(w), mu, a.inv_sigma) * 1.4426950408889634f;
@@ -135,12 +123,16 @@ template <class Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, 1) attend_kernel(const AttendArgs a) {
   using Element = typename Cfg::Element;
   constexpr int D = Cfg::kHeadDim;
+  constexpr int kStages = Cfg::kStages;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   Element* sQ = reinterpret_cast<Element*>(smem_raw);
   Element* sRing = reinterpret_cast<Element*>(smem_raw + Cfg::kQBytes);
   float* sBias = reinterpret_cast<float*>(smem_raw + Cfg::kQBytes + Cfg::kRingBytes);
-  int* sMisc = reinterpret_cast<int*>(smem_raw + Cfg::kQBytes + Cfg::kRingBytes + Cfg::kBiasBytes);
+  unsigned char* sBar = smem_raw + Cfg::kQBytes + Cfg::kRingBytes + Cfg::kBiasBytes;
+  int* sCount = reinterpret_cast<int*>(sBar + 2 * kStages * 8);
   uint32_t* sUnion = reinterpret_cast<uint32_t*>(smem_raw + Cfg::kFixedBytes);
+  const uint32_t full_bar = mma::smem_addr(sBar);             // + 8 * stage
+  const uint32_t empty_bar = full_bar + 8u * kStages;         // + 8 * stage
 
   const int tid = threadIdx.x;
   const int warp = tid / 32;
@@ -157,37 +149,23 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) attend_kernel(const AttendAr
   const int64_t rows_in_seq = sp.n_q * g;
   const int64_t first_token = row0 / g;
   const int64_t last_token = min((row0 + Cfg::kRows - 1) / g, sp.n_q - 1);
-
-  auto make_row = [&](int r) {
-    RowInfo ri;
-    const int64_t R = row0 + r;
-    ri.valid = R < rows_in_seq;
-    ri.token = R / g;
-    ri.head = kv_head * g + int(R % g);
-    ri.token_slot = int(ri.token - first_token);
-    ri.route.mask_row = nullptr;
-    ri.route.pos = -1;
-    ri.route.diag = 0;
-    if (ri.valid) {
-      ri.route.pos = sp.n_k - sp.n_q + ri.token;
-      ri.route.diag = ri.route.pos >> a.log2_chunk;
-      if (!a.dense) ri.route.mask_row = mask_row_ptr(a, sp, kv_head, ri.token);
-    }
-    return ri;
-  };
-  // This thread's two rows of the warp's 16-row slab (fragment rows g and g + 8).
-  const RowInfo row_a = make_row(warp * 16 + lane / 4);
-  const RowInfo row_b = make_row(warp * 16 + lane / 4 + 8);
-
   const bool any_rows = row0 < rows_in_seq;
-  int64_t tile_total = 0, tile_start = 0, tile_count = 0;
+
+  if (tid == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mma::mbar_init(full_bar + 8u * s, 32u);                 // the producer warp's 32 lanes
+      mma::mbar_init(empty_bar + 8u * s, uint32_t(Cfg::kWarps));  // one arrival per consumer warp
+    }
+    sCount[0] = 0;
+  }
+  int64_t tile_start = 0, tile_count = 0;
   int union_words = 0;
   if (any_rows) {
     // Q rows of this CTA (row r = token (row0 + r) / g, head (row0 + r) % g), zero-filled past the sequence.
     const Element* qb = static_cast<const Element*>(a.q.data);
-    for (int task = tid; task < Cfg::kRows * Cfg::kRowChunks; task += Cfg::kThreads) {
-      const int r = task / Cfg::kRowChunks;
-      const int piece = task % Cfg::kRowChunks;
+    for (int task = tid; task < Cfg::kRows * Cfg::kRowPieces; task += Cfg::kThreads) {
+      const int r = task / Cfg::kRowPieces;
+      const int piece = task % Cfg::kRowPieces;
       const int64_t R = row0 + r;
       const bool ok = R < rows_in_seq;
       const Element* src =
@@ -200,7 +178,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) attend_kernel(const AttendAr
     const int64_t last_pos = sp.n_k - sp.n_q + last_token;
     union_words = int((last_pos / kTileKeys) / 32 + 1);
     for (int w = tid; w < union_words; w += Cfg::kThreads) sUnion[w] = 0u;
-    if (tid == 0) sMisc[0] = 0;
     __syncthreads();
     const int64_t n_tokens = last_token - first_token + 1;
     for (int64_t item = tid; item < n_tokens * union_words; item += Cfg::kThreads) {
@@ -217,17 +194,20 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) attend_kernel(const AttendAr
     int local = 0;
     for (int w = tid; w < union_words; w += Cfg::kThreads) local += __popc(sUnion[w]);
     for (int off = 16; off > 0; off >>= 1) local += __shfl_xor_sync(0xffffffffu, local, off);
-    if (lane == 0 && local) atomicAdd(&sMisc[0], local);
-    __syncthreads();
-    tile_total = sMisc[0];
-    const int64_t per = (tile_total + a.num_splits - 1) / a.num_splits;
-    tile_start = ::min(int64_t(split) * per, tile_total);
-    tile_count = ::min(per, tile_total - tile_start);
+    if (lane == 0 && local) atomicAdd(&sCount[0], local);
+    mma::cp_async_wait<0>();
+  }
+  __syncthreads();  // union, count, Q and the barrier initialisation are visible to every warp
+  if (any_rows) {
+    const int64_t total = sCount[0];
+    const int64_t per = (total + a.num_splits - 1) / a.num_splits;
+    tile_start = ::min(int64_t(split) * per, total);
+    tile_count = ::min(per, total - tile_start);
   }
 
-  // Both cursors start at the tile of rank tile_start.
-  TileCursor prod{-1, 0u};
-  {
+  // Both roles start their cursor at the tile of rank tile_start.
+  TileCursor cursor{0, 0u};
+  if (tile_count > 0) {
     int64_t skip = tile_start;
     for (int w = 0; w < union_words; ++w) {
       const uint32_t bits = sUnion[w];
@@ -235,30 +215,68 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) attend_kernel(const AttendAr
       if (skip < c) {
         uint32_t b = bits;
         for (int64_t s = 0; s < skip; ++s) b &= b - 1;
-        prod.word = w;
-        prod.bits = b;
+        cursor.word = w;
+        cursor.bits = b;
         break;
       }
       skip -= c;
     }
-    if (prod.word < 0) prod.word = 0;
   }
-  TileCursor cons = prod;
+  const int n_iter = int(tile_count);
 
-  auto issue_tile = [&](int64_t tile, int stage) {
-    Element* sK = sRing + size_t(stage) * 2 * Cfg::kTileElems;
-    Element* sV = sK + Cfg::kTileElems;
-    const int64_t k_begin = sp.k_begin + tile * kTileKeys;
-    const int64_t k_end = sp.k_begin + sp.n_k;
-    load_rows_async<Cfg>(sK, a.k, sp.batch_index, k_begin, k_end, kv_head, tid);
-    load_rows_async<Cfg>(sV, a.v, sp.batch_index, k_begin, k_end, kv_head, tid);
-  };
-
+  if (warp == Cfg::kWarps) {
+    // Producer: stream the K/V tiles into the ring. Each lane copies fixed 16-byte pieces of every tile row.
+    constexpr int kRowsPerPass = 32 / Cfg::kRowPieces > 0 ? 32 / Cfg::kRowPieces : 1;
+    constexpr int kLanesPerRow = Cfg::kRowPieces < 32 ? Cfg::kRowPieces : 32;
+    const int lane_row = lane / kLanesPerRow;
+    const int lane_piece = lane % kLanesPerRow;
+    const Element* kbase = static_cast<const Element*>(a.k.data) + a.k.offset(sp.batch_index, sp.k_begin, kv_head);
+    const Element* vbase = static_cast<const Element*>(a.v.data) + a.v.offset(sp.batch_index, sp.k_begin, kv_head);
+    const int64_t k_row_stride = a.k.stride[1], v_row_stride = a.v.stride[1];
+    for (int it = 0; it < n_iter; ++it) {
+      const int stage = it % kStages;
+      if (it >= kStages) mma::mbar_wait(empty_bar + 8u * stage, uint32_t((it / kStages - 1) & 1));
+      const int64_t tile = cursor.next(sUnion);
+      Element* sK = sRing + size_t(stage) * 2 * Cfg::kTileElems;
+      Element* sV = sK + Cfg::kTileElems;
+#pragma unroll 4
+      for (int r = lane_row; r < kTileKeys; r += kRowsPerPass) {
+        const int64_t key = tile * kTileKeys + r;
+        const bool ok = key < sp.n_k;
 #pragma unroll
-  for (int s = 0; s < Cfg::kStages - 1; ++s) {
-    if (s < tile_count) issue_tile(prod.next(sUnion), s);
-    mma::cp_async_commit();
+        for (int piece = lane_piece; piece < Cfg::kRowPieces; piece += kLanesPerRow) {
+          const int dst = swz<D>(r, piece * 8);
+          mma::cp_async_16(sK + dst, ok ? kbase + key * k_row_stride + piece * 8 : kbase, ok ? 16 : 0);
+          mma::cp_async_16(sV + dst, ok ? vbase + key * v_row_stride + piece * 8 : vbase, ok ? 16 : 0);
+        }
+      }
+      mma::cp_async_mbar_arrive(full_bar + 8u * stage);
+    }
+    mma::cp_async_wait<0>();
+    return;
   }
+
+  // ---- Consumer warps ----
+  const int64_t warp_first_token = (row0 + warp * 16) / g;
+  auto make_row = [&](int r) {
+    RowInfo ri;
+    const int64_t R = row0 + r;
+    ri.valid = R < rows_in_seq;
+    const int64_t token = R / g;
+    ri.token_slot = int(token - warp_first_token);
+    ri.route.mask_row = nullptr;
+    ri.route.pos = -1;
+    ri.route.diag = 0;
+    if (ri.valid) {
+      ri.route.pos = sp.n_k - sp.n_q + token;
+      ri.route.diag = ri.route.pos >> a.log2_chunk;
+      if (!a.dense) ri.route.mask_row = mask_row_ptr(a, sp, kv_head, token);
+    }
+    return ri;
+  };
+  // This thread's two rows of the warp's 16-row slab (fragment rows lane / 4 and lane / 4 + 8).
+  const RowInfo row_a = make_row(warp * 16 + lane / 4);
+  const RowInfo row_b = make_row(warp * 16 + lane / 4 + 8);
 
   float acc_o[Cfg::kONTiles][4];
 #pragma unroll
@@ -286,160 +304,159 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) attend_kernel(const AttendAr
   const uint32_t sRing_addr = mma::smem_addr(sRing);
 
   uint32_t q_frag[Cfg::kQInRegisters ? Cfg::kKSteps : 1][4];
-  if (tile_count > 0) {
-    mma::cp_async_wait<Cfg::kStages - 1>();  // the Q group is the oldest
-    __syncthreads();
-    if constexpr (Cfg::kQInRegisters) {
+  if constexpr (Cfg::kQInRegisters) {
 #pragma unroll
-      for (int kk = 0; kk < Cfg::kKSteps; ++kk)
-        mma::ldmatrix_x4(q_frag[kk], sQ_addr + q_off[kk % 4] + 128u * (kk / 4));
-    }
+    for (int kk = 0; kk < Cfg::kKSteps; ++kk) mma::ldmatrix_x4(q_frag[kk], sQ_addr + q_off[kk % 4] + 128u * (kk / 4));
   }
   const bool bias_on = !a.dense && a.prior != PriorMode::kNone;
+  float* warp_bias = sBias + warp * 64;  // [token slot (< 16)][chunk of the tile (< 4)]
+  const int t4 = lane % 4;
 
-  const int n_iter = int(tile_count);
   for (int it = 0; it < n_iter; ++it) {
-    mma::cp_async_wait<Cfg::kStages - 2>();
-    __syncthreads();
-    if (it + Cfg::kStages - 1 < n_iter) issue_tile(prod.next(sUnion), (it + Cfg::kStages - 1) % Cfg::kStages);
-    mma::cp_async_commit();
-    const int64_t tile = cons.next(sUnion);
-    const int stage = it % Cfg::kStages;
-    const uint32_t sK_addr = sRing_addr + uint32_t(stage) * 2u * kTileBytes;
-    const uint32_t sV_addr = sK_addr + kTileBytes;
+    const int stage = it % kStages;
+    const uint32_t parity = uint32_t((it / kStages) & 1);
+    const int64_t tile = cursor.next(sUnion);
     const int64_t k0 = tile * kTileKeys;
+    // Mask reads first: their latency overlaps the wait for the tile.
+    const uint64_t keys_a = row_tile_keys(row_a.route, tile, a.chunk, a.log2_chunk, a.dense);
+    const uint64_t keys_b = row_tile_keys(row_b.route, tile, a.chunk, a.log2_chunk, a.dense);
+    const bool need = __any_sync(0xffffffffu, (keys_a | keys_b) != 0ull);
 
-    if (bias_on) {
-      // Bias of every (token, chunk of this tile) pair the token routed; one warp per pair.
+    if (need && bias_on) {
+      // Bias of every (token of this warp, chunk of this tile) pair the token routed.
       const int per_tile = a.chunk >= kTileKeys ? 1 : (kTileKeys >> a.log2_chunk);
       const int64_t c0 = k0 >> a.log2_chunk;
-      const int n_tokens = int(last_token - first_token + 1);
-      for (int item = warp; item < n_tokens * per_tile; item += Cfg::kWarps) {
+      const int64_t wl = min((row0 + warp * 16 + 15) / g, sp.n_q - 1);
+      const int n_tok = int(wl - warp_first_token + 1);
+      for (int item = 0; item < n_tok * per_tile; ++item) {
         const int slot = item / per_tile;
         const int qd = item % per_tile;
-        const int64_t token = first_token + slot;
+        const int64_t token = warp_first_token + slot;
         const int64_t c = c0 + qd;
         const int64_t pos = sp.n_k - sp.n_q + token;
         const uint32_t* mrow = mask_row_ptr(a, sp, kv_head, token);
         float bias = 0.0f;
         if (c < (pos >> a.log2_chunk) && ((mrow[c >> 5] >> (c & 31)) & 1u))
           bias = chunk_bias_log2<Cfg>(a, sp, seq, kv_head, token, c, lane);
-        if (lane == 0) sBias[slot * 4 + qd] = bias;
+        if (lane == 0) warp_bias[slot * 4 + qd] = bias;
       }
-      __syncthreads();
+      __syncwarp();
     }
 
-    const uint64_t keys_a = row_tile_keys(row_a.route, tile, a.chunk, a.log2_chunk, a.dense);
-    const uint64_t keys_b = row_tile_keys(row_b.route, tile, a.chunk, a.log2_chunk, a.dense);
-    if (!__any_sync(0xffffffffu, (keys_a | keys_b) != 0ull)) continue;
+    // Every warp waits for the tile, computing or not: a warp may release a stage only after the round it
+    // releases was filled, which keeps exactly one arrival per warp in each phase of the empty barrier.
+    mma::mbar_wait(full_bar + 8u * stage, parity);
+    if (need) {
+      const uint32_t sK_addr = sRing_addr + uint32_t(stage) * 2u * kTileBytes;
+      const uint32_t sV_addr = sK_addr + kTileBytes;
 
-    // S = Q K^T for this warp's 16 rows and the tile's 64 keys.
-    float s[8][4];
+      // S = Q K^T for this warp's 16 rows and the tile's 64 keys.
+      float s[8][4];
 #pragma unroll
-    for (int i = 0; i < 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+      for (int i = 0; i < 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
 #pragma unroll
-    for (int kk = 0; kk < Cfg::kKSteps; ++kk) {
-      uint32_t qa[4];
-      if constexpr (Cfg::kQInRegisters) {
-        qa[0] = q_frag[kk][0]; qa[1] = q_frag[kk][1]; qa[2] = q_frag[kk][2]; qa[3] = q_frag[kk][3];
-      } else {
-        mma::ldmatrix_x4(qa, sQ_addr + q_off[kk % 4] + 128u * (kk / 4));
+      for (int kk = 0; kk < Cfg::kKSteps; ++kk) {
+        uint32_t qa[4];
+        if constexpr (Cfg::kQInRegisters) {
+          qa[0] = q_frag[kk][0]; qa[1] = q_frag[kk][1]; qa[2] = q_frag[kk][2]; qa[3] = q_frag[kk][3];
+        } else {
+          mma::ldmatrix_x4(qa, sQ_addr + q_off[kk % 4] + 128u * (kk / 4));
+        }
+#pragma unroll
+        for (int np = 0; np < 4; ++np) {
+          uint32_t b[4];
+          // Key rows 16np + (lane % 8) + 8 * (lane / 16), head-dim columns 16kk + 8 * ((lane / 8) % 2).
+          mma::ldmatrix_x4(b, sK_addr + k_off[kk % 4] + 128u * (kk / 4) + uint32_t(np) * 16u * kRowBytes);
+          mma::mma_16816<Element>(s[2 * np], qa, b[0], b[1]);
+          mma::mma_16816<Element>(s[2 * np + 1], qa, b[2], b[3]);
+        }
       }
-#pragma unroll
-      for (int np = 0; np < 4; ++np) {
-        uint32_t b[4];
-        // Key rows 16np + (lane % 8) + 8 * (lane / 16), head-dim columns 16kk + 8 * ((lane / 8) % 2).
-        mma::ldmatrix_x4(b, sK_addr + k_off[kk % 4] + 128u * (kk / 4) + uint32_t(np) * 16u * kRowBytes);
-        mma::mma_16816<Element>(s[2 * np], qa, b[0], b[1]);
-        mma::mma_16816<Element>(s[2 * np + 1], qa, b[2], b[3]);
-      }
-    }
 
-    // Logits in log2 units with bias and mask; online softmax per row.
-    const int t4 = lane % 4;
-    const bool partial = (keys_a & keys_b) != ~0ull;  // most tiles are attended whole by both rows
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-      float ba = 0.0f, bb = 0.0f;
-      if (bias_on) {
-        // An 8-key n-tile lies inside one chunk (C >= 16); routed chunks (c < c_i) carry the bias.
-        const int64_t c = (k0 + nt * 8) >> a.log2_chunk;
-        const int qd = int(c - (k0 >> a.log2_chunk));
-        if (row_a.valid && c < row_a.route.diag) ba = sBias[row_a.token_slot * 4 + qd];
-        if (row_b.valid && c < row_b.route.diag) bb = sBias[row_b.token_slot * 4 + qd];
-      }
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        s[nt][e] = fmaf(s[nt][e], a.scale_log2, ba);
-        s[nt][2 + e] = fmaf(s[nt][2 + e], a.scale_log2, bb);
-      }
-    }
-    if (partial) {
+      // Logits in log2 units with bias and mask; online softmax per row.
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt) {
-        const uint32_t wa = uint32_t(keys_a >> (nt * 8 + 2 * t4)), wb = uint32_t(keys_b >> (nt * 8 + 2 * t4));
-        if (!(wa & 1u)) s[nt][0] = -INFINITY;
-        if (!(wa & 2u)) s[nt][1] = -INFINITY;
-        if (!(wb & 1u)) s[nt][2] = -INFINITY;
-        if (!(wb & 2u)) s[nt][3] = -INFINITY;
+        float ba = 0.0f, bb = 0.0f;
+        if (bias_on) {
+          // An 8-key n-tile lies inside one chunk (C >= 16); routed chunks (c < c_i) carry the bias.
+          const int64_t c = (k0 + nt * 8) >> a.log2_chunk;
+          const int qd = int(c - (k0 >> a.log2_chunk));
+          if (row_a.valid && c < row_a.route.diag) ba = warp_bias[row_a.token_slot * 4 + qd];
+          if (row_b.valid && c < row_b.route.diag) bb = warp_bias[row_b.token_slot * 4 + qd];
+        }
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          s[nt][e] = fmaf(s[nt][e], a.scale_log2, ba);
+          s[nt][2 + e] = fmaf(s[nt][2 + e], a.scale_log2, bb);
+        }
       }
-    }
-    float mx_a = -INFINITY, mx_b = -INFINITY;
+      if ((keys_a & keys_b) != ~0ull) {  // most tiles are attended whole by both rows
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-      mx_a = fmaxf(mx_a, fmaxf(s[nt][0], s[nt][1]));
-      mx_b = fmaxf(mx_b, fmaxf(s[nt][2], s[nt][3]));
-    }
-    mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
-    mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
-    mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
-    mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
-    const float new_a = fmaxf(m_a, mx_a), new_b = fmaxf(m_b, mx_b);
-    // A row that has seen no key yet keeps m = -inf; subtracting 0 then keeps exp2 at 0 instead of NaN.
-    const float use_a = new_a == -INFINITY ? 0.0f : new_a;
-    const float use_b = new_b == -INFINITY ? 0.0f : new_b;
-    const float corr_a = exp2f(m_a - use_a), corr_b = exp2f(m_b - use_b);
-    m_a = new_a;
-    m_b = new_b;
-    float sum_a = 0.0f, sum_b = 0.0f;
+        for (int nt = 0; nt < 8; ++nt) {
+          const uint32_t wa = uint32_t(keys_a >> (nt * 8 + 2 * t4)), wb = uint32_t(keys_b >> (nt * 8 + 2 * t4));
+          if (!(wa & 1u)) s[nt][0] = -INFINITY;
+          if (!(wa & 2u)) s[nt][1] = -INFINITY;
+          if (!(wb & 1u)) s[nt][2] = -INFINITY;
+          if (!(wb & 2u)) s[nt][3] = -INFINITY;
+        }
+      }
+      float mx_a = -INFINITY, mx_b = -INFINITY;
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-      s[nt][0] = exp2f(s[nt][0] - use_a);
-      s[nt][1] = exp2f(s[nt][1] - use_a);
-      s[nt][2] = exp2f(s[nt][2] - use_b);
-      s[nt][3] = exp2f(s[nt][3] - use_b);
-      sum_a += s[nt][0] + s[nt][1];
-      sum_b += s[nt][2] + s[nt][3];
-    }
-    l_a = l_a * corr_a + sum_a;
-    l_b = l_b * corr_b + sum_b;
+      for (int nt = 0; nt < 8; ++nt) {
+        mx_a = fmaxf(mx_a, fmaxf(s[nt][0], s[nt][1]));
+        mx_b = fmaxf(mx_b, fmaxf(s[nt][2], s[nt][3]));
+      }
+      mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
+      mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
+      mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
+      mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
+      const float new_a = fmaxf(m_a, mx_a), new_b = fmaxf(m_b, mx_b);
+      // A row that has seen no key yet keeps m = -inf; subtracting 0 then keeps exp2 at 0 instead of NaN.
+      const float use_a = new_a == -INFINITY ? 0.0f : new_a;
+      const float use_b = new_b == -INFINITY ? 0.0f : new_b;
+      const float corr_a = exp2f(m_a - use_a), corr_b = exp2f(m_b - use_b);
+      m_a = new_a;
+      m_b = new_b;
+      float sum_a = 0.0f, sum_b = 0.0f;
 #pragma unroll
-    for (int i = 0; i < Cfg::kONTiles; ++i) {
-      acc_o[i][0] *= corr_a;
-      acc_o[i][1] *= corr_a;
-      acc_o[i][2] *= corr_b;
-      acc_o[i][3] *= corr_b;
-    }
+      for (int nt = 0; nt < 8; ++nt) {
+        s[nt][0] = exp2f(s[nt][0] - use_a);
+        s[nt][1] = exp2f(s[nt][1] - use_a);
+        s[nt][2] = exp2f(s[nt][2] - use_b);
+        s[nt][3] = exp2f(s[nt][3] - use_b);
+        sum_a += s[nt][0] + s[nt][1];
+        sum_b += s[nt][2] + s[nt][3];
+      }
+      l_a = l_a * corr_a + sum_a;
+      l_b = l_b * corr_b + sum_b;
+#pragma unroll
+      for (int i = 0; i < Cfg::kONTiles; ++i) {
+        acc_o[i][0] *= corr_a;
+        acc_o[i][1] *= corr_a;
+        acc_o[i][2] *= corr_b;
+        acc_o[i][3] *= corr_b;
+      }
 
-    // O += P V, P taken straight from the S registers (C layout of n-tiles 2j, 2j+1 = A layout of k-step j).
+      // O += P V, P taken straight from the S registers (C layout of n-tiles 2j, 2j+1 = A layout of k-step j).
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      uint32_t pa[4];
-      pa[0] = mma::pack2<Element>(s[2 * j][0], s[2 * j][1]);
-      pa[1] = mma::pack2<Element>(s[2 * j][2], s[2 * j][3]);
-      pa[2] = mma::pack2<Element>(s[2 * j + 1][0], s[2 * j + 1][1]);
-      pa[3] = mma::pack2<Element>(s[2 * j + 1][2], s[2 * j + 1][3]);
+      for (int j = 0; j < 4; ++j) {
+        uint32_t pa[4];
+        pa[0] = mma::pack2<Element>(s[2 * j][0], s[2 * j][1]);
+        pa[1] = mma::pack2<Element>(s[2 * j][2], s[2 * j][3]);
+        pa[2] = mma::pack2<Element>(s[2 * j + 1][0], s[2 * j + 1][1]);
+        pa[3] = mma::pack2<Element>(s[2 * j + 1][2], s[2 * j + 1][3]);
 #pragma unroll
-      for (int dp = 0; dp < D / 16; ++dp) {
-        uint32_t b[4];
-        // Key rows 16j + (lane % 8) + 8 * ((lane / 8) % 2), head-dim columns 16dp + 8 * (lane / 16).
-        mma::ldmatrix_x4_trans(b, sV_addr + v_off[dp % 4] + 128u * (dp / 4) + uint32_t(j) * 16u * kRowBytes);
-        mma::mma_16816<Element>(acc_o[2 * dp], pa, b[0], b[1]);
-        mma::mma_16816<Element>(acc_o[2 * dp + 1], pa, b[2], b[3]);
+        for (int dp = 0; dp < D / 16; ++dp) {
+          uint32_t b[4];
+          // Key rows 16j + (lane % 8) + 8 * ((lane / 8) % 2), head-dim columns 16dp + 8 * (lane / 16).
+          mma::ldmatrix_x4_trans(b, sV_addr + v_off[dp % 4] + 128u * (dp / 4) + uint32_t(j) * 16u * kRowBytes);
+          mma::mma_16816<Element>(acc_o[2 * dp], pa, b[0], b[1]);
+          mma::mma_16816<Element>(acc_o[2 * dp + 1], pa, b[2], b[3]);
+        }
       }
     }
+    __syncwarp();
+    if (lane == 0) mma::mbar_arrive(empty_bar + 8u * stage);
   }
-  mma::cp_async_wait<0>();
 
   // Epilogue: finish the row sums across the quad, normalize, write o and lse (or the split partials).
   l_a += __shfl_xor_sync(0xffffffffu, l_a, 1);
@@ -451,12 +468,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) attend_kernel(const AttendAr
   constexpr float kLn2 = 0.6931471805599453f;
   const float lse_a = l_a > 0.0f ? (m_a + log2f(l_a)) * kLn2 : -INFINITY;
   const float lse_b = l_b > 0.0f ? (m_b + log2f(l_b)) * kLn2 : -INFINITY;
-  const int t4 = lane % 4;
   const bool varlen = a.batch.cu_seqlens_q != nullptr;
 
   auto write_row = [&](const RowInfo& ri, int half, float inv, float lse) {
-    // Rows past the sequence: padding rows of a padded batch get o = 0 and lse = -inf; past the padded length
-    // (or, for varlen, rows that belong to the next sequence) nothing is written.
+    // Rows past the sequence: padding rows of a padded batch get o = 0 and lse = -inf; rows past the padded
+    // length, or (varlen) rows that belong to the next sequence, are left alone.
     const int64_t R = row0 + warp * 16 + lane / 4 + 8 * half;
     const int64_t token = R / g;
     const int head = kv_head * g + int(R % g);
@@ -468,10 +484,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) attend_kernel(const AttendAr
       const int64_t split_rows = int64_t(a.num_seqs) * a.h_q * a.batch.padded_n_q;
       float* po = a.part_o + (int64_t(split) * split_rows + row_id) * D;
 #pragma unroll
-      for (int nt = 0; nt < Cfg::kONTiles; ++nt) {
-        float2 v = make_float2(acc_o[nt][2 * half] * inv, acc_o[nt][2 * half + 1] * inv);
-        *reinterpret_cast<float2*>(po + nt * 8 + 2 * t4) = v;
-      }
+      for (int nt = 0; nt < Cfg::kONTiles; ++nt)
+        *reinterpret_cast<float2*>(po + nt * 8 + 2 * t4) =
+            make_float2(acc_o[nt][2 * half] * inv, acc_o[nt][2 * half + 1] * inv);
       if (t4 == 0) a.part_lse[int64_t(split) * split_rows + row_id] = lse;
       return;
     }
@@ -500,55 +515,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) attend_kernel(const AttendAr
   };
   write_row(row_a, 0, inv_a, lse_a);
   write_row(row_b, 1, inv_b, lse_b);
-}
-
-// Merges the split partials of one row per warp: o = sum_s exp(lse_s - L) o_s, L = log sum_s exp(lse_s).
-// Empty splits (lse = -inf) weigh nothing; a row with no keys at all (padding) gets o = 0, lse = -inf.
-template <int kHeadDim>
-__global__ void combine_splits_kernel(const AttendArgs a) {
-  const int lane = threadIdx.x % 32;
-  const int64_t row_id = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
-  const int64_t split_rows = int64_t(a.num_seqs) * a.h_q * a.batch.padded_n_q;
-  if (row_id >= split_rows) return;
-  const int64_t token = row_id % a.batch.padded_n_q;
-  const int head = int((row_id / a.batch.padded_n_q) % a.h_q);
-  const int seq = int(row_id / (a.batch.padded_n_q * a.h_q));
-  const SequenceSpan sp = device_sequence_span(a.batch, seq);
-  const bool valid = token < sp.n_q;
-  const bool varlen = a.batch.cu_seqlens_q != nullptr;
-
-  float lmax = -INFINITY;
-  if (valid)
-    for (int s = 0; s < a.num_splits; ++s) lmax = fmaxf(lmax, a.part_lse[s * split_rows + row_id]);
-  constexpr int kPer = kHeadDim / 32;
-  float acc[kPer];
-#pragma unroll
-  for (int e = 0; e < kPer; ++e) acc[e] = 0.0f;
-  float total = 0.0f;
-  if (lmax != -INFINITY) {
-    for (int s = 0; s < a.num_splits; ++s) {
-      const float ls = a.part_lse[s * split_rows + row_id];
-      if (ls == -INFINITY) continue;
-      const float wgt = __expf(ls - lmax);
-      total += wgt;
-      const float* po = a.part_o + (s * split_rows + row_id) * kHeadDim;
-#pragma unroll
-      for (int e = 0; e < kPer; ++e) acc[e] = fmaf(wgt, po[lane + 32 * e], acc[e]);
-    }
-  }
-  const float inv = total > 0.0f ? 1.0f / total : 0.0f;
-  const float lse = total > 0.0f ? lmax + logf(total) : -INFINITY;
-  if (!valid && varlen) return;
-  if (a.lse.defined() && lane == 0) static_cast<float*>(a.lse.data)[row_output_offset(a.lse, sp, head, token)] = lse;
-  const int64_t base = a.o.offset(sp.batch_index, sp.q_begin + token, head);
-#pragma unroll
-  for (int e = 0; e < kPer; ++e) {
-    const float val = acc[e] * inv;
-    const int64_t idx = base + lane + 32 * e;
-    if (a.o_dtype == DType::kF32) static_cast<float*>(a.o.data)[idx] = val;
-    else if (a.o_dtype == DType::kBF16) static_cast<__nv_bfloat16*>(a.o.data)[idx] = __float2bfloat16_rn(val);
-    else static_cast<__half*>(a.o.data)[idx] = __float2half_rn(val);
-  }
 }
 
 }  // namespace dashattn::cuda

@@ -43,16 +43,17 @@ AttendPlan plan_attend(const ProblemShape& s, int num_sms, bool dense) {
   (void)dense;
   AttendPlan plan;
   const int64_t rows = s.n_q * s.group;  // rows of one (sequence, KV head)
-  plan.warps = rows <= 16 ? 1 : (rows <= 64 || s.d > 128 ? 4 : 8);
+  plan.warps = rows <= 16 ? 1 : (rows <= 64 || s.d > 128 ? 4 : 7);
   const int64_t m_blocks = ceil_div(rows, 16 * plan.warps);
   const int64_t ctas = m_blocks * s.batch * s.h_kv;
-  // One-warp CTAs fit about three per SM (shared memory of a two-stage ring); wider ones one or two.
-  const int64_t resident = int64_t(num_sms) * (plan.warps == 1 ? 3 : 1);
+  // One-warp CTAs fit several per SM (shared memory of their ring, 228 KB per SM on sm_90); wide ones one.
+  const int64_t per_sm = plan.warps == 1 ? std::max<int64_t>(1, int64_t(228 * 1024) / int64_t(decode_smem_bytes(int(s.d)))) : 1;
+  const int64_t resident = int64_t(num_sms) * per_sm;
   const int64_t tiles = ceil_div(std::max<int64_t>(s.n_k, 1), 64);
   if (ctas < resident && tiles >= 4) {
-    // Split the key axis so the grid fills the GPU; each split gets an equal share of the *active* tiles on the
+    // Split the key axis so one wave fills the GPU; each split gets an equal share of the *active* tiles on the
     // device, so fewer than two tiles of the full length per split would only add combine traffic.
-    int64_t splits = ceil_div(resident, ctas);
+    int64_t splits = resident / ctas;
     splits = std::min<int64_t>(splits, tiles / 2);
     splits = std::min<int64_t>(splits, 64);
     plan.num_splits = int(std::max<int64_t>(splits, 1));

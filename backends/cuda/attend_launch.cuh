@@ -21,8 +21,15 @@
 
 namespace dashattn::cuda {
 
+// K/V ring depth of the one-warp (decode) tiling: 66 / 100 / 136 KB of shared memory for head dim 64 / 128 / 256,
+// i.e. 3 / 2 / 1 CTAs per SM, each keeping its next tiles in flight.
+constexpr int decode_stages(int head_dim) { return head_dim <= 64 ? 4 : (head_dim <= 128 ? 3 : 2); }
+constexpr size_t decode_smem_bytes(int head_dim) {
+  return size_t(16) * head_dim * 2 + size_t(decode_stages(head_dim)) * 2 * 64 * head_dim * 2 + 1024;
+}
+
 struct AttendPlan {
-  int warps = 8;           // warps per CTA; a CTA covers 16 * warps (query token, head) rows
+  int warps = 7;           // consumer warps per CTA (1, 4 or 7); a CTA covers 16 * warps (token, head) rows
   int num_splits = 1;      // > 1: split-KV with fp32 partials in the workspace and a combine kernel
   size_t workspace_bytes = 0;
 };

@@ -4,6 +4,7 @@
 
 #include "attend_kernel.cuh"
 #include "attend_launch.cuh"
+#include "attend_combine.cuh"
 
 namespace dashattn::cuda {
 
@@ -41,16 +42,19 @@ void launch_attend_config(const AttendArgs& args, cudaStream_t stream) {
 
 template <int kHeadDim, typename Element>
 void run_attend(const AttendArgs& args, const AttendPlan& plan, cudaStream_t stream) {
-  // Ring depth: three K/V tiles in flight where shared memory allows two CTAs (or many one-warp CTAs) per SM.
+  // Ring depth: three K/V tiles for the wide tilings (one CTA per SM, within an A100's 163 KB); the one-warp
+  // decode tiling keeps two or more CTAs per SM (decode_stages() in attend_launch.cuh).
   constexpr int kStagesWide = kHeadDim <= 128 ? 3 : 2;
-  constexpr int kStagesDecode = kHeadDim <= 64 ? 3 : 2;
+  constexpr int kStagesDecode = decode_stages(kHeadDim);
+  // Consumer warps: 1 (decode), 4 or 7. Seven plus the producer make 8 warps = 2 per SM sub-partition, which
+  // keeps the full 255 registers per thread (a ninth warp would cap them at 168 and spill).
   if (plan.warps == 1) {
     launch_attend_config<AttendConfig<kHeadDim, Element, 1, kStagesDecode>>(args, stream);
     return;
   }
   if constexpr (kHeadDim <= 128) {
-    if (plan.warps >= 8) {
-      launch_attend_config<AttendConfig<kHeadDim, Element, 8, kStagesWide>>(args, stream);
+    if (plan.warps >= 7) {
+      launch_attend_config<AttendConfig<kHeadDim, Element, 7, kStagesWide>>(args, stream);
       return;
     }
   }

@@ -282,7 +282,9 @@ Outcome run_case(const Case& c, uint64_t seed) {
     batch.num_seqs = B;
     batch.max_seqlen_q = int(NQ);
     batch.max_seqlen_k = int(NK);
-  } else if (c.lengths) {
+  } else if (c.lengths || *std::min_element(c.n_q.begin(), c.n_q.end()) != NQ ||
+             *std::min_element(c.n_k.begin(), c.n_k.end()) != NK) {
+    // Sequences of different lengths in a padded batch need their lengths.
     CK(cudaMalloc(&d_len_q, B * 4));
     CK(cudaMalloc(&d_len_k, B * 4));
     CK(cudaMemcpy(d_len_q, c.n_q.data(), B * 4, cudaMemcpyHostToDevice));
