@@ -43,11 +43,13 @@ struct PassSums {
   double above = INFINITY;                  // b = min{x > t}
 };
 
+// One pass at trial threshold t, in coordinates shifted by the row maximum m (exact for float inputs): the
+// weights depend on x − τ, which stays well resolved even when |x| is large.
 template <typename Values>
-DASHATTN_HD PassSums pass(const Values& x, int n, double t, double p, bool general) {
+DASHATTN_HD PassSums pass(const Values& x, int n, double m, double t, double p, bool general) {
   PassSums s;
   for (int i = 0; i < n; ++i) {
-    const double v = x(i);
+    const double v = static_cast<double>(x(i)) - m;
     const double y = v - t;
     if (y > 0) {
       ++s.k;
@@ -88,14 +90,22 @@ DASHATTN_HD EntmaxThreshold entmax_threshold(const Values& x, int n, double alph
 
   const bool is15 = alpha == 1.5, is2 = alpha == 2.0;
   const double p = 1.0 / (alpha - 1.0);
-  double lo = m - 1.0, hi = m;  // f(lo) >= 0 > f(hi)
+  // Everything below is in coordinates relative to m; the bracket is [−1, 0): f(lo) >= 0 > f(hi).
+  double lo = -1.0, hi = 0.0;
+  auto finish = [&](double t) {
+    r.tau = m + t;
+    int k = 0;
+    for (int i = 0; i < n; ++i) k += static_cast<double>(x(i)) - m > t ? 1 : 0;
+    r.support = k;
+    return r;
+  };
 
   if (solver == EntmaxSolver::kReference) {
     // The released reference's approximation, kept for A/B comparisons: Halley from max − 0.5, bisecting when a
     // step leaves the bracket, exactly three passes. Written for α = 1.5 (its only α); other α use Newton steps.
-    double t = m - 0.5;
+    double t = -0.5;
     for (int it = 0; it < 3; ++it) {
-      const detail::PassSums s = detail::pass(x, n, t, p, !is15);
+      const detail::PassSums s = detail::pass(x, n, m, t, p, !is15);
       const double f = is15 ? s.s2 - 1.0 : s.sp - 1.0;
       const double fp = is15 ? -2.0 * s.s1 : -p * s.spm1;
       const double fpp = is15 ? 2.0 * s.k : 0.0;
@@ -106,16 +116,12 @@ DASHATTN_HD EntmaxThreshold entmax_threshold(const Values& x, int n, double alph
       t = next;
       r.iterations = it + 1;
     }
-    r.tau = t;
-    int k = 0;
-    for (int i = 0; i < n; ++i) k += x(i) > t ? 1 : 0;
-    r.support = k;
-    return r;
+    return finish(t);
   }
 
   double t = lo;  // start at the left end: the support there is a superset of the true one
   for (int it = 0; it < 200; ++it) {
-    const detail::PassSums s = detail::pass(x, n, t, p, !(is15 || is2));
+    const detail::PassSums s = detail::pass(x, n, m, t, p, !(is15 || is2));
     r.iterations = it + 1;
     if (is15 || is2) {
       // Closed-form root of the weight sum restricted to the current support, in δ = τ − t.
@@ -136,7 +142,7 @@ DASHATTN_HD EntmaxThreshold entmax_threshold(const Values& x, int n, double alph
       }
       const double tq = t + delta;
       if (ok && tq >= s.below && tq < s.above) {
-        r.tau = tq;
+        r.tau = m + tq;
         r.support = s.k;
         return r;
       }
@@ -155,7 +161,9 @@ DASHATTN_HD EntmaxThreshold entmax_threshold(const Values& x, int n, double alph
       const double f = s.sp - 1.0;
       if (fabs(f) <= 1e-12) break;  // t itself is the root to double precision
       if (f > 0) lo = t; else hi = t;
-      if (hi - lo <= 1e-12 * fmax(1.0, fabs(t))) {
+      // Stop only at double resolution: the bracket starts 1 wide whatever |τ| is, and at |x| ~ 1e6 a bracket
+      // relative to |τ| would leave the weight sum visibly off 1.
+      if (hi - lo <= 4.0 * 2.220446049250313e-16 * fmax(1.0, fabs(t))) {
         t = 0.5 * (lo + hi);
         break;
       }
@@ -166,11 +174,7 @@ DASHATTN_HD EntmaxThreshold entmax_threshold(const Values& x, int n, double alph
       t = next;
     }
   }
-  r.tau = t;
-  int k = 0;
-  for (int i = 0; i < n; ++i) k += x(i) > t ? 1 : 0;
-  r.support = k;
-  return r;
+  return finish(t);
 }
 
 // Convenience overload over a plain float array.
