@@ -413,16 +413,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) attend_kernel(const AttendAr
       // A row that has seen no key yet keeps m = -inf; subtracting 0 then keeps exp2 at 0 instead of NaN.
       const float use_a = new_a == -INFINITY ? 0.0f : new_a;
       const float use_b = new_b == -INFINITY ? 0.0f : new_b;
-      const float corr_a = exp2f(m_a - use_a), corr_b = exp2f(m_b - use_b);
+      const float corr_a = mma::exp2_approx(m_a - use_a), corr_b = mma::exp2_approx(m_b - use_b);
       m_a = new_a;
       m_b = new_b;
       float sum_a = 0.0f, sum_b = 0.0f;
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt) {
-        s[nt][0] = exp2f(s[nt][0] - use_a);
-        s[nt][1] = exp2f(s[nt][1] - use_a);
-        s[nt][2] = exp2f(s[nt][2] - use_b);
-        s[nt][3] = exp2f(s[nt][3] - use_b);
+        s[nt][0] = mma::exp2_approx(s[nt][0] - use_a);
+        s[nt][1] = mma::exp2_approx(s[nt][1] - use_a);
+        s[nt][2] = mma::exp2_approx(s[nt][2] - use_b);
+        s[nt][3] = mma::exp2_approx(s[nt][3] - use_b);
         sum_a += s[nt][0] + s[nt][1];
         sum_b += s[nt][2] + s[nt][3];
       }

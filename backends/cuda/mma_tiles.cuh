@@ -50,6 +50,13 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t add
                : "r"(addr));
 }
 
+// 2^x on the special-function unit (ex2.approx, flush-to-zero); 2^-inf = +0, as the masked logits need.
+__device__ __forceinline__ float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // mbarriers (sm_80+): per-stage "full" (the producer's cp.async copies landed) and "empty" (every consumer warp
 // is done with the stage) signals, so warps that skip a tile never wait for warps that compute it.
 __device__ __forceinline__ void mbar_init(uint32_t addr, uint32_t count) {
