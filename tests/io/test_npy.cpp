@@ -199,6 +199,8 @@ TEST_CASE("npy: shape entries and data size") {
   SUBCASE("product overflows") {
     const Bytes b = simple_npy("<f4", "(4294967296, 4294967296)", {});
     CHECK_IO_ERROR(parse_npy(b.data(), b.size()), "overflows");
+    const Bytes empty = simple_npy("<i4", "(0, 555555552, 5555515555552, 555520)", {});
+    CHECK_IO_ERROR(parse_npy(empty.data(), empty.size()), "overflows");
   }
   SUBCASE("truncated data") {
     const Bytes b = simple_npy("<f4", "(3,)", Bytes(11, 0));

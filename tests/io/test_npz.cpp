@@ -160,6 +160,12 @@ TEST_CASE("npz: writer refuses bf16 and names that are not plain member names") 
   }
 }
 
+TEST_CASE("npz: writer refuses archives that would need zip64") {
+  TensorFile many;
+  for (int i = 0; i < 0x10000; ++i) many.add(Tensor("t" + std::to_string(i), DType::kU8, {0}));
+  CHECK_IO_ERROR(serialize_npz(many), "zip64");
+}
+
 TEST_CASE("npz: archive structure problems") {
   const Bytes good = build_zip(sample_members(false));
   const uint32_t dir = directory_offset(good);

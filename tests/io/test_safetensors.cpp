@@ -178,6 +178,10 @@ TEST_CASE("safetensors: tensor entry problems name the tensor") {
     const Bytes bytes_overflow = one_tensor(
         "{\"dtype\":\"F64\",\"shape\":[4611686018427387904],\"data_offsets\":[0,0]}", 0);
     CHECK_IO_ERROR(parse_safetensors(bytes_overflow.data(), bytes_overflow.size()), "overflows");
+    // Empty, but its strides would overflow.
+    const Bytes empty = one_tensor(
+        "{\"dtype\":\"U8\",\"shape\":[0,4294967296,4294967296],\"data_offsets\":[0,0]}", 0);
+    CHECK_IO_ERROR(parse_safetensors(empty.data(), empty.size()), "overflows");
   }
   SUBCASE("size disagrees with shape and dtype") {
     const Bytes b = one_tensor("{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,4]}", 4);

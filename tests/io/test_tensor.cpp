@@ -40,6 +40,7 @@ TEST_CASE("Tensor rejects negative and overflowing shapes and mismatched byte co
   CHECK_THROWS_AS(Tensor("x", DType::kF32, {2, -1}), dashattn::InvalidArgument);
   CHECK_THROWS_AS(Tensor("x", DType::kF32, {int64_t{1} << 40, int64_t{1} << 40}), dashattn::InvalidArgument);
   CHECK_THROWS_AS(Tensor("x", DType::kF64, {int64_t{1} << 61}), dashattn::InvalidArgument);
+  CHECK_THROWS_AS(Tensor("x", DType::kU8, {0, int64_t{1} << 40, int64_t{1} << 40}), dashattn::InvalidArgument);
   CHECK_THROWS_AS(Tensor("x", DType::kF32, {2, 2}, std::vector<uint8_t>(15)), dashattn::InvalidArgument);
   CHECK_NOTHROW(Tensor("x", DType::kF32, {2, 2}, std::vector<uint8_t>(16)));
 }
@@ -103,5 +104,19 @@ TEST_CASE("TensorFile keeps insertion order, unique names, and reports missing t
   } catch (const dashattn::InvalidArgument& e) {
     CHECK(e.argument() == "v");
     CHECK(std::string(e.what()).find("k, q") != std::string::npos);
+  }
+}
+
+TEST_CASE("TensorFile lookups stay fast and messages short for large files") {
+  TensorFile f;
+  for (int i = 0; i < 5000; ++i) f.add(Tensor("layer" + std::to_string(i), DType::kU8, {1}));
+  CHECK(f.at("layer4999").name() == "layer4999");
+  try {
+    (void)f.at("layer5000");
+    FAIL("missing tensor must throw");
+  } catch (const dashattn::InvalidArgument& e) {
+    const std::string msg = e.what();
+    CHECK(msg.find("(5000 tensors)") != std::string::npos);
+    CHECK(msg.size() < 400);
   }
 }

@@ -103,11 +103,19 @@ void FileSink::commit() {
 }
 
 bool checked_numel(const std::vector<int64_t>& shape, int64_t* numel) noexcept {
-  int64_t n = 1;
+  // The product skips zero dimensions so that an empty tensor cannot hide dimensions whose row-major strides
+  // overflow (a view computes them).
+  int64_t nonzero_product = 1;
+  bool empty = false;
   for (int64_t dim : shape) {
-    if (dim < 0 || __builtin_mul_overflow(n, dim, &n)) return false;
+    if (dim < 0) return false;
+    if (dim == 0) {
+      empty = true;
+    } else if (__builtin_mul_overflow(nonzero_product, dim, &nonzero_product)) {
+      return false;
+    }
   }
-  *numel = n;
+  *numel = empty ? 0 : nonzero_product;
   return true;
 }
 

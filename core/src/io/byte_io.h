@@ -115,7 +115,8 @@ inline void append_le(std::string& out, uint64_t value, int bytes) {
   for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>((value >> (8 * i)) & 0xffu));
 }
 
-// Element count of shape, or false when a dimension is negative or the product overflows int64.
+// Element count of shape, or false when a dimension is negative or the product of the nonzero dimensions
+// overflows int64 (so every row-major stride of the shape fits, even when it has no elements).
 bool checked_numel(const std::vector<int64_t>& shape, int64_t* numel) noexcept;
 // Byte size numel * dtype_size, or false on overflow.
 bool checked_nbytes(int64_t numel, DType dtype, uint64_t* nbytes) noexcept;

@@ -52,6 +52,16 @@ void write_npz_to(const TensorFile& file, ByteSink& sink, const std::string& tar
     }
     headers.push_back(npy_header(t, target));
   }
+  // Local header + name + data, central entry + name, then the end record: all must fit 32-bit zip fields.
+  uint64_t archive_size = 22;
+  for (size_t i = 0; i < headers.size(); ++i) {
+    const Tensor& t = file.tensors()[i];
+    archive_size += 30 + 46 + 2 * (t.name().size() + kNpySuffixLen) + headers[i].size() + t.nbytes();
+  }
+  if (file.size() > 0xffff || archive_size > 0xffffffffu) {
+    fail(target, "the archive would need zip64 (over 4 GiB or 65535 members), which is not supported; write "
+                 ".safetensors instead");
+  }
   ZipWriter zip(sink, target);
   size_t i = 0;
   for (const Tensor& t : file) {

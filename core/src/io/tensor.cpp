@@ -83,13 +83,13 @@ int64_t Tensor::numel() const {
   return n;
 }
 
-TensorView Tensor::view() {
+TensorView Tensor::view() const {
   if (rank() > kMaxRank) {
     throw InvalidArgument(name_, "rank <= " + std::to_string(kMaxRank) + " to view as a tensor",
                           "rank " + std::to_string(rank()) + " shape " + detail::shape_to_string(shape_));
   }
   TensorView v;
-  v.data = bytes_.empty() ? nullptr : bytes_.data();
+  v.data = bytes_.empty() ? nullptr : const_cast<uint8_t*>(bytes_.data());
   v.dtype = dtype_;
   v.rank = rank();
   int64_t stride = 1;
@@ -101,44 +101,38 @@ TensorView Tensor::view() {
   return v;
 }
 
-TensorView Tensor::view() const { return const_cast<Tensor*>(this)->view(); }
-
 bool Tensor::operator==(const Tensor& other) const {
   return name_ == other.name_ && dtype_ == other.dtype_ && shape_ == other.shape_ && bytes_ == other.bytes_;
 }
 
 void TensorFile::add(Tensor t) {
   if (contains(t.name())) throw InvalidArgument(t.name(), "a tensor name not already in the file", "a duplicate");
+  index_.emplace(t.name(), tensors_.size());
   tensors_.push_back(std::move(t));
 }
 
 void TensorFile::set(Tensor t) {
-  if (Tensor* existing = find(t.name())) {
-    *existing = std::move(t);
+  const auto it = index_.find(t.name());
+  if (it != index_.end()) {
+    tensors_[it->second] = std::move(t);
   } else {
-    tensors_.push_back(std::move(t));
+    add(std::move(t));
   }
 }
 
 const Tensor* TensorFile::find(const std::string& name) const {
-  auto it = std::find_if(tensors_.begin(), tensors_.end(), [&](const Tensor& t) { return t.name() == name; });
-  return it == tensors_.end() ? nullptr : &*it;
-}
-
-Tensor* TensorFile::find(const std::string& name) {
-  return const_cast<Tensor*>(static_cast<const TensorFile*>(this)->find(name));
+  const auto it = index_.find(name);
+  return it == index_.end() ? nullptr : &tensors_[it->second];
 }
 
 const Tensor& TensorFile::at(const std::string& name) const {
   if (const Tensor* t = find(name)) return *t;
   std::string present;
-  for (const Tensor& t : tensors_) present += (present.empty() ? "" : ", ") + t.name();
+  constexpr size_t kListed = 16;  // enough to spot a typo without flooding the message for large checkpoints
+  for (size_t i = 0; i < tensors_.size() && i < kListed; ++i) present += (i ? ", " : "") + tensors_[i].name();
+  if (tensors_.size() > kListed) present += ", ... (" + std::to_string(tensors_.size()) + " tensors)";
   throw InvalidArgument(name, "a tensor present in the file (" + (present.empty() ? "none" : present) + ")",
                         "no tensor of that name");
-}
-
-Tensor& TensorFile::at(const std::string& name) {
-  return const_cast<Tensor&>(static_cast<const TensorFile*>(this)->at(name));
 }
 
 bool TensorFile::operator==(const TensorFile& other) const {

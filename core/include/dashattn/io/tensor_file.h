@@ -46,8 +46,8 @@ class Tensor {
   const std::vector<uint8_t>& bytes() const { return bytes_; }
 
   // A contiguous CPU view of the data (null data pointer when numel() == 0). Throws InvalidArgument naming the
-  // tensor when its rank exceeds kMaxRank. A view of a const tensor must not be written through.
-  TensorView view();
+  // tensor when its rank exceeds kMaxRank. The data may be written through the view even for a const tensor:
+  // constness protects the name, dtype and shape (which a TensorFile indexes), not the values.
   TensorView view() const;
 
   // Same name, dtype, shape and bytes (bitwise: NaN payloads compare as stored).
@@ -62,7 +62,8 @@ class Tensor {
 };
 
 // Tensors in file order, unique by name, plus free-form string metadata (safetensors "__metadata__"; the NumPy
-// formats have none and ignore it when writing).
+// formats have none and ignore it when writing). Tensors are only reachable as const, so names stay unique; their
+// values can still be written through view().
 class TensorFile {
  public:
   // Appends t. Throws InvalidArgument if a tensor of that name is already present.
@@ -70,11 +71,9 @@ class TensorFile {
   // Appends t, or replaces the tensor of the same name in place.
   void set(Tensor t);
   bool contains(const std::string& name) const { return find(name) != nullptr; }
-  const Tensor* find(const std::string& name) const;
-  Tensor* find(const std::string& name);
+  const Tensor* find(const std::string& name) const;  // nullptr when absent
   // Throws InvalidArgument naming the missing tensor and listing the ones present.
   const Tensor& at(const std::string& name) const;
-  Tensor& at(const std::string& name);
 
   const std::vector<Tensor>& tensors() const { return tensors_; }
   size_t size() const { return tensors_.size(); }
@@ -89,6 +88,7 @@ class TensorFile {
 
  private:
   std::vector<Tensor> tensors_;
+  std::map<std::string, size_t> index_;  // name -> position in tensors_, so large files look up in O(log n)
 };
 
 enum class FileFormat { kSafetensors, kNpy, kNpz };
