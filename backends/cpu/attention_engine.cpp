@@ -19,14 +19,20 @@ namespace {
 // Rows (query × group head) a tile aims for: enough that a chunk's K/V block, read once per tile, serves many
 // rows even when each query keeps only a few percent of its chunks (64 queries of a random 93.75 % mask share
 // most chunks with someone in the tile), small enough that the tile's q and accumulators stay in L2.
-constexpr int64_t kTileRowsTarget = 512;
+constexpr int64_t kTileRowsTarget = 1024;
 
-int64_t queries_per_tile(int64_t group) { return std::clamp<int64_t>(kTileRowsTarget / group, 1, 64); }
+int64_t queries_per_tile(int64_t group) { return std::clamp<int64_t>(kTileRowsTarget / group, 1, 128); }
+
+void prefetch_block(const float* p, int64_t floats) {
+  const char* bytes = reinterpret_cast<const char*>(p);
+  for (int64_t off = 0; off < floats * static_cast<int64_t>(sizeof(float)); off += 64) __builtin_prefetch(bytes + off);
+}
 
 struct TileScratch {
   Scratch<float> q, o, s, row_max, row_sum;
   Scratch<float> gathered_max, gathered_sum, gathered_rescale, gathered_bias;
-  Scratch<int> gathered_valid, gathered_row;
+  Scratch<int> gathered_valid, gathered_row, selected_query, selected_valid;
+  Scratch<float> selected_bias;
   Scratch<const float*> a_rows, p_rows;
   Scratch<float*> o_rows;
   Scratch<int64_t> list_chunk;
@@ -68,7 +74,7 @@ class TileRunner {
     float* row_sum = ws.row_sum.reserve(rows);
     int64_t* list_chunk = ws.list_chunk.reserve(nq * list_cap);
     float* list_bias = ws.list_bias.reserve(nq * list_cap);
-    TileQuery queries[64];
+    TileQuery queries[128];
 
     for (int64_t qi = 0; qi < nq; ++qi) {
       TileQuery& tq = queries[qi];
@@ -111,7 +117,7 @@ class TileRunner {
       }
     }
 
-    std::fill(o, o + rows * dp, 0.0f);
+    // o needs no clearing: a row's first chunk has rescale 0, and accumulate_pv then starts from zero.
     std::fill(row_max, row_max + rows, -std::numeric_limits<float>::infinity());
     std::fill(row_sum, row_sum + rows, 0.0f);
     float* s = ws.s.reserve(rows * cp);
@@ -124,43 +130,71 @@ class TileRunner {
     float* g_bias = ws.gathered_bias.reserve(rows);
     int* g_valid = ws.gathered_valid.reserve(rows);
     int* g_row = ws.gathered_row.reserve(rows);
+    int* sel_query = ws.selected_query.reserve(nq);
+    int* sel_valid = ws.selected_valid.reserve(nq);
+    float* sel_bias = ws.selected_bias.reserve(nq);
 
-    for (;;) {
-      int64_t chunk = std::numeric_limits<int64_t>::max();
+    auto next_chunk = [&]() {
+      int64_t c = std::numeric_limits<int64_t>::max();
       for (int64_t qi = 0; qi < nq; ++qi) {
         const TileQuery& tq = queries[qi];
-        if (tq.cursor < tq.len) chunk = std::min(chunk, list_chunk[qi * list_cap + tq.cursor]);
+        if (tq.cursor < tq.len) c = std::min(c, list_chunk[qi * list_cap + tq.cursor]);
       }
-      if (chunk == std::numeric_limits<int64_t>::max()) break;
-      int m = 0, keys = 0;
+      return c;
+    };
+    constexpr int64_t kNone = std::numeric_limits<int64_t>::max();
+    for (int64_t chunk = next_chunk(); chunk != kNone;) {
+      // The tile queries attending to this chunk, each with its visible keys in it: C for a routed chunk, fewer
+      // on its diagonal.
+      int selected = 0;
       for (int64_t qi = 0; qi < nq; ++qi) {
         TileQuery& tq = queries[qi];
         if (tq.cursor >= tq.len || list_chunk[qi * list_cap + tq.cursor] != chunk) continue;
-        const int valid = static_cast<int>(chunk == tq.diag ? tq.pos - chunk * C + 1 : C);
-        const float bias = list_bias[qi * list_cap + tq.cursor];
+        sel_query[selected] = static_cast<int>(qi);
+        sel_valid[selected] = static_cast<int>(chunk == tq.diag ? tq.pos - chunk * C + 1 : C);
+        sel_bias[selected] = list_bias[qi * list_cap + tq.cursor];
+        ++selected;
         ++tq.cursor;
-        keys = std::max(keys, valid);
-        for (int64_t h = 0; h < g; ++h, ++m) {
-          const int64_t rr = qi * g + h;
-          a_rows[m] = q + rr * dp;
-          o_rows[m] = o + rr * dp;
-          p_rows[m] = s + m * cp;
-          g_valid[m] = valid;
-          g_bias[m] = bias;
-          g_max[m] = row_max[rr];
-          g_sum[m] = row_sum[rr];
-          g_row[m] = static_cast<int>(rr);
+      }
+      // A sparse tile jumps between chunks the hardware prefetcher cannot guess: fetch the next chunk's K/V
+      // blocks while this one computes.
+      const int64_t following = next_chunk();
+      if (following != kNone) {
+        prefetch_block(kv_.kt_block(item.seq, r, following), d * cp);
+        prefetch_block(kv_.v_block(item.seq, r, following), C * dp);
+      }
+      // Rows are processed in bands of visible-key counts rounded up to kFloatPad, so the early rows of a
+      // diagonal chunk do not pay for the columns only the late rows see. Routed rows all fall in the last band.
+      for (int64_t band_cols = kFloatPad; band_cols < cp + kFloatPad; band_cols += kFloatPad) {
+        const int64_t band_lo = band_cols - kFloatPad;  // valid in (band_lo, band_cols], the last band open above
+        int m = 0, keys = 0;
+        for (int k = 0; k < selected; ++k) {
+          const int valid = sel_valid[k];
+          if (valid <= band_lo || (valid > band_cols && band_cols < cp)) continue;
+          keys = std::max(keys, valid);
+          for (int64_t h = 0; h < g; ++h, ++m) {
+            const int64_t rr = sel_query[k] * g + h;
+            a_rows[m] = q + rr * dp;
+            o_rows[m] = o + rr * dp;
+            p_rows[m] = s + m * cp;
+            g_valid[m] = valid;
+            g_bias[m] = sel_bias[k];
+            g_max[m] = row_max[rr];
+            g_sum[m] = row_sum[rr];
+            g_row[m] = static_cast<int>(rr);
+          }
+        }
+        if (m == 0) continue;
+        const int cols = static_cast<int>(std::min(cp, pad_floats(keys)));
+        matmul_bt(a_rows, m, static_cast<int>(d), kv_.kt_block(item.seq, r, chunk), cp, cols, s, cp);
+        softmax_step(s, cp, m, cols, biased_ ? g_bias : nullptr, g_valid, g_max, g_sum, g_rescale);
+        accumulate_pv(o_rows, g_rescale, p_rows, m, kv_.v_block(item.seq, r, chunk), dp, keys, static_cast<int>(dp));
+        for (int k = 0; k < m; ++k) {
+          row_max[g_row[k]] = g_max[k];
+          row_sum[g_row[k]] = g_sum[k];
         }
       }
-      // Columns past every gathered row's last visible key (the diagonal chunk of early tile rows) are skipped.
-      const int cols = static_cast<int>(std::min(cp, pad_floats(keys)));
-      matmul_bt(a_rows, m, static_cast<int>(d), kv_.kt_block(item.seq, r, chunk), cp, cols, s, cp);
-      softmax_step(s, cp, m, cols, biased_ ? g_bias : nullptr, g_valid, g_max, g_sum, g_rescale);
-      accumulate_pv(o_rows, g_rescale, p_rows, m, kv_.v_block(item.seq, r, chunk), dp, keys, static_cast<int>(dp));
-      for (int k = 0; k < m; ++k) {
-        row_max[g_row[k]] = g_max[k];
-        row_sum[g_row[k]] = g_sum[k];
-      }
+      chunk = following;
     }
 
     for (int64_t qi = 0; qi < nq; ++qi) {
@@ -250,7 +284,9 @@ void run_attention(const AttentionJob& job) {
     for (int64_t s = 0; s < job.seqs.count; ++s)
       for (int64_t i = 0; i < spans[s].n_q; i += runner.tile()) items.push_back({s, r, i});
 
-  tbb::enumerable_thread_specific<TileScratch> scratch;
+  // Per-thread scratch kept across calls (grow-only), so repeated calls do not fault in fresh pages. A TBB thread
+  // runs one of these task bodies at a time (they start no nested parallel work), so sharing it is safe.
+  static tbb::enumerable_thread_specific<TileScratch> scratch;
   parallel_items(static_cast<int64_t>(items.size()), [&](int64_t k) { runner.run(items[k], scratch.local()); });
   write_padding_rows(job, spans);
 }

@@ -32,7 +32,9 @@ void PackedKv::pack(const TensorView& k, const TensorView& v, const Sequences& s
   for (int64_t s = 0; s < seqs.count; ++s)
     for (int64_t c = chunk_base_[s]; c < chunk_base_[s + 1]; ++c) seq_of[c] = s;
 
-  tbb::enumerable_thread_specific<Scratch<float>> rows_tls;
+  // Per-thread scratch kept across calls (grow-only), so repeated calls do not fault in fresh pages. A TBB thread
+  // runs one of these task bodies at a time (they start no nested parallel work), so sharing it is safe.
+  static tbb::enumerable_thread_specific<Scratch<float>> rows_tls;
   parallel_items(total_chunks_, [&](int64_t flat) {
     const int64_t s = seq_of[flat];
     const int64_t c = flat - chunk_base_[s];

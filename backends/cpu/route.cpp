@@ -72,7 +72,9 @@ void route(const RouteParams& params) {
   }
   static thread_local Scratch<float> table_storage;
   float* table_data = table_storage.reserve(static_cast<size_t>(std::max<int64_t>(total, 1)));
-  tbb::enumerable_thread_specific<Scratch<float>> row_tls;
+  // Per-thread scratch kept across calls (grow-only), so repeated calls do not fault in fresh pages. A TBB thread
+  // runs one of these task bodies at a time (they start no nested parallel work), so sharing it is safe.
+  static tbb::enumerable_thread_specific<Scratch<float>> row_tls;
   parallel_items(seqs.count * h_kv, [&](int64_t flat) {
     const int64_t s = flat / h_kv, r = flat % h_kv;
     const SummaryTable& t = tables[flat];
@@ -103,7 +105,7 @@ void route(const RouteParams& params) {
     }
   }
 
-  tbb::enumerable_thread_specific<RouteScratch> scratch;
+  static tbb::enumerable_thread_specific<RouteScratch> scratch;
   parallel_items(static_cast<int64_t>(items.size()), [&](int64_t k) {
     const Item& item = items[k];
     const SequenceSpan& sp = spans[item.seq];

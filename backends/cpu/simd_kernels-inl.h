@@ -186,8 +186,13 @@ HWY_INLINE void PvTile(float* const* o, const float* rescale, const float* const
   const size_t lanes = hn::Lanes(df);
   FloatVec acc[R][V];
   for (int r = 0; r < R; ++r) {
-    const FloatVec sc = hn::Set(df, rescale[r]);
-    for (int c = 0; c < V; ++c) acc[r][c] = hn::Mul(hn::Load(df, o[r] + col + c * lanes), sc);
+    if (rescale[r] == 0.0f) {
+      // A fresh row (or one whose old terms underflowed): its accumulator memory may be uninitialized.
+      for (int c = 0; c < V; ++c) acc[r][c] = hn::Zero(df);
+    } else {
+      const FloatVec sc = hn::Set(df, rescale[r]);
+      for (int c = 0; c < V; ++c) acc[r][c] = hn::Mul(hn::Load(df, o[r] + col + c * lanes), sc);
+    }
   }
   for (int j = 0; j < keys; ++j) {
     const float* vrow = v + static_cast<int64_t>(j) * v_stride + col;

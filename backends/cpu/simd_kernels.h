@@ -45,6 +45,7 @@ void softmax_step(float* s, int64_t s_stride, int rows, int cols, const float* b
                   float* row_max, float* row_sum, float* rescale);
 
 // o_rows[r][c] = o_rows[r][c]·rescale[r] + Σ_{j < keys} p_rows[r][j] · v[j·v_stride + c] for c < width.
+// A row with rescale 0 starts from 0 without reading o_rows[r] (a fresh accumulator needs no clearing).
 // width is a multiple of kFloatPad; o rows and v 64-byte aligned.
 void accumulate_pv(float* const* o_rows, const float* rescale, const float* const* p_rows, int rows,
                    const float* v, int64_t v_stride, int keys, int width);

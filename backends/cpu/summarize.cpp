@@ -62,7 +62,9 @@ void summarize(const SummarizeParams& params) {
     }
   }
 
-  tbb::enumerable_thread_specific<SummaryScratch> scratch;
+  // Per-thread scratch kept across calls (grow-only), so repeated calls do not fault in fresh pages. A TBB thread
+  // runs one of these task bodies at a time (they start no nested parallel work), so sharing it is safe.
+  static tbb::enumerable_thread_specific<SummaryScratch> scratch;
   parallel_items(static_cast<int64_t>(items.size()), [&](int64_t idx) {
     const int64_t s = items[idx].first, c = items[idx].second;
     const KeySpan& sp = spans[s];

@@ -3,6 +3,7 @@
 // whatever the row/column blocking, which is what Stage 1 and Stage 2 rely on to agree on routing weights.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -140,8 +141,11 @@ TEST_CASE("accumulate_pv: rescaled accumulator plus one MulAdd chain over the ke
           const int64_t v_stride = width;
           const auto v = aligned_copy(random_floats(static_cast<size_t>(keys) * width, 5 + keys + width));
           const std::vector<float> p = random_floats(static_cast<size_t>(rows) * keys, 9 + rows);
-          const std::vector<float> o0 = random_floats(static_cast<size_t>(rows) * width, 21 + rows + width);
-          const std::vector<float> rescale = random_floats(rows, 31 + rows);
+          std::vector<float> o0 = random_floats(static_cast<size_t>(rows) * width, 21 + rows + width);
+          std::vector<float> rescale = random_floats(rows, 31 + rows);
+          // Row 0 is fresh: rescale 0 over uninitialized (here NaN) memory must start from zero.
+          rescale[0] = 0.0f;
+          std::fill(o0.begin(), o0.begin() + width, std::numeric_limits<float>::quiet_NaN());
           auto o = aligned_copy(o0);
           std::vector<float*> o_rows(rows);
           std::vector<const float*> p_rows(rows);
@@ -153,7 +157,7 @@ TEST_CASE("accumulate_pv: rescaled accumulator plus one MulAdd chain over the ke
           int mismatches = 0;
           for (int r = 0; r < rows; ++r) {
             for (int c = 0; c < width; ++c) {
-              float acc = o0[r * width + c] * rescale[r];
+              float acc = rescale[r] == 0.0f ? 0.0f : o0[r * width + c] * rescale[r];
               for (int j = 0; j < keys; ++j) acc = chain_step(p_rows[r][j], v[j * v_stride + c], acc, fused);
               mismatches += float_bits(acc) == float_bits(o[r * width + c]) ? 0 : 1;
             }
