@@ -82,3 +82,32 @@ def test_config_fields_and_summary_queries():
         dhf.configure(dash.config, alpha=1.0)
     with pytest.raises(ValueError):
         dhf.configure(dash.config, chunksize=3)
+
+
+def test_attention_function_with_unfilled_cache_slots():
+    """A preallocated cache (unfilled slots at the end, masked out) gives what the filled part alone gives."""
+    import types
+
+    import torch
+    import dashattn
+    from dashattn.hf import dash_attention_forward
+
+    torch.manual_seed(0)
+    module = types.SimpleNamespace(config=types.SimpleNamespace(dash_chunk_size=16, dash_gamma=3.0), is_causal=True)
+    q = torch.randn(2, 4, 1, 64)
+    k = torch.randn(2, 2, 80, 64)
+    v = torch.randn(2, 2, 80, 64)
+    lengths = [50, 77]
+    mask = torch.zeros(2, 80, dtype=torch.bool)
+    for i, n in enumerate(lengths):
+        mask[i, :n] = True
+    out, _ = dash_attention_forward(module, q, k, v, mask, scaling=None)
+    assert out.shape == (2, 1, 4, 64)
+    for i, n in enumerate(lengths):
+        alone = dashattn.forward(q[i:i + 1], k[i:i + 1, :, :n], v[i:i + 1, :, :n], layout="bhnd", chunk_size=16,
+                                 gamma=3.0)
+        torch.testing.assert_close(out[i], alone[0].transpose(0, 1), atol=1e-6, rtol=1e-6)
+    holes = mask.clone()
+    holes[0, 10] = False
+    with pytest.raises(ValueError, match="holes"):
+        dash_attention_forward(module, q, k, v, holes)

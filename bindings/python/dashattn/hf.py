@@ -13,7 +13,9 @@ model's name for it) on its attention module; layers without one use zeros.
 
 Prefill and decoding both go through the forward with bottom-right causal alignment over the keys HF's cache
 hands in (n_q <= n_k). Left-padded batches are converted to per-sequence offsets: each row attends exactly over its
-own tokens, so a padded row equals the unpadded row; outputs at padding positions are zero.
+own tokens, so a padded row equals the unpadded row; outputs at padding positions are zero. Right padding
+(a right-padded prefill, or the unfilled end of a preallocated cache) runs as a padded batch with per-sequence
+lengths.
 """
 
 from __future__ import annotations
@@ -132,13 +134,16 @@ def dash_attention_forward(module: nn.Module, query: torch.Tensor, key: torch.Te
             out[s:s + 1, first_q:] = _attend(module, query[s:s + 1, :, first_q:], key[s:s + 1, :, pad:],
                                              value[s:s + 1, :, pad:], sq, n_q - first_q, length, common)
         return out, None
-    if n_q == n_k and torch.equal(keep, pos[None, :] < lengths[:, None]):
-        # Right padding (training-style batches): the padded-batch form with per-sequence lengths.
-        seqlens = lengths.to(torch.int32)
-        out = _attend(module, query, key, value, sq, n_q, n_k, common, seqlens_q=seqlens, seqlens_k=seqlens)
+    if torch.equal(keep, pos[None, :] < lengths[:, None]):
+        # Right padding: a right-padded prefill batch (queries past a row's length are padding too), or unfilled
+        # slots at the end of a preallocated cache (the queries are the row's last real tokens). Both are the
+        # padded-batch form with per-sequence lengths; rows past seqlens_q come back as zeros.
+        seqlens_k = lengths.to(torch.int32)
+        seqlens_q = torch.clamp(seqlens_k, max=n_q)
+        out = _attend(module, query, key, value, sq, n_q, n_k, common, seqlens_q=seqlens_q, seqlens_k=seqlens_k)
         return out, None
-    raise InvalidArgumentError("invalid argument 'attention_mask': expected left padding (or right padding in a "
-                               "prefill), got a padding mask with holes")
+    raise InvalidArgumentError("invalid argument 'attention_mask': expected left or right padding, got a padding "
+                               "mask with holes")
 
 
 def _attend(module, q, k, v, sq, n_q, n_k, common, **batch):
