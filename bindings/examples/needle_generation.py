@@ -87,6 +87,7 @@ def save_png(path, prefill, decode):
     width = 0.4
     ax.bar([l - width / 2 for l in layers], [prefill[l] for l in layers], width, label="prefill")
     ax.bar([l + width / 2 for l in layers], [decode.get(l, 0.0) for l in layers], width, label="decoding")
+    ax.set_xticks(layers)
     ax.set_xlabel("layer")
     ax.set_ylabel("attention sparsity")
     ax.set_ylim(0, 1)
