@@ -53,7 +53,7 @@ Decoder::~Decoder() {
 
 TensorView Decoder::cache_view(void* data, int64_t rows, int64_t cap_rows) const {
   TensorView t = make_view(data, config_.dtype, {config_.batch, rows, config_.h_kv, config_.d},
-                           Device{backend_.device_type(), 0});
+                           Device{backend_.device_type(), config_.device_index});
   t.stride[0] = cap_rows * config_.h_kv * config_.d;
   return t;
 }
@@ -98,7 +98,7 @@ void Decoder::reserve(int64_t tokens) {
 
 void Decoder::step(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& o,
                    const TensorView& lse, const RoutingView& routing) {
-  const Device dev{backend_.device_type(), 0};
+  const Device dev{backend_.device_type(), config_.device_index};
   if (!q.defined() || q.rank != 4) throw InvalidArgument("q", "rank 4 [b, t, h_q, d]", q.shape_string());
   const int64_t steps = q.shape[1];
   if (steps < 1) throw InvalidArgument("q.shape[1]", ">= 1 new token", str(steps));

@@ -16,6 +16,7 @@ struct DecoderConfig {
   int64_t batch = 1;
   int64_t h_q = 0, h_kv = 0, d = 0;
   DType dtype = DType::kBF16;
+  int device_index = 0;             // which device of the backend's kind holds the caches (cuda:1 -> 1)
   MethodParams method;
   int64_t initial_capacity = 4096;  // tokens per sequence before the first growth
 };
