@@ -37,16 +37,13 @@ struct AttendConfig {
   static constexpr int kRows = 16 * kWarps;
   static constexpr int kKSteps = kHeadDim / 16;     // k-steps of QK^T
   static constexpr int kONTiles = kHeadDim / 8;     // n-tiles of the O accumulator
-  static constexpr bool kQInRegisters = kHeadDim <= 128;
+  static constexpr bool kQInRegisters = kHeadDim <= 64;
   static constexpr int kRowPieces = kHeadDim / 8;   // 16-byte pieces per row
-  // Shared-memory rows are padded by 16 bytes: 8 consecutive rows then start in 8 different 16-byte bank groups
-  // (conflict-free ldmatrix), and each row stays contiguous, so one bulk copy moves one key row.
-  static constexpr int kRowStride = kHeadDim + 8;   // elements
-  static constexpr int kTileElems = kTileKeys * kRowStride;
-  static_assert(kHeadDim % 16 == 0, "head dim must be a multiple of 16");
+  static constexpr int kTileElems = kTileKeys * kHeadDim;
+  static_assert(kHeadDim % 64 == 0, "the swizzle needs at least 8 16-byte pieces per row");
 
   // Dynamic shared memory (bytes): Q, K/V ring, per-warp bias tables, mbarriers + counters, union bitset.
-  static constexpr size_t kQBytes = size_t(kRows) * kRowStride * sizeof(Element);
+  static constexpr size_t kQBytes = size_t(kRows) * kHeadDim * sizeof(Element);
   static constexpr size_t kRingBytes = size_t(kStages) * 2 * kTileElems * sizeof(Element);
   static constexpr size_t kBiasBytes = size_t(kWarps) * 64 * sizeof(float);
   static constexpr size_t kBarrierBytes = size_t(2 * kStages) * 8 + 16;
@@ -54,6 +51,12 @@ struct AttendConfig {
   static size_t smem_bytes(int union_words) { return kFixedBytes + size_t(union_words) * 4; }
 };
 
+// Element offset of (row, col) in a [rows][kHeadDim] tile whose 16-byte pieces are XOR-swizzled by row % 8, so
+// that ldmatrix over 8 consecutive rows hits 8 different bank groups.
+template <int kHeadDim>
+__device__ __forceinline__ int swz(int row, int col) {
+  return row * kHeadDim + ((((col >> 3) ^ (row & 7))) << 3) + (col & 7);
+}
 
 struct RowInfo {
   RowRouting route;
@@ -131,11 +134,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) attend_kernel(const AttendAr
   const uint32_t full_bar = mma::smem_addr(sBar);             // + 8 * stage
   const uint32_t empty_bar = full_bar + 8u * kStages;         // + 8 * stage
 
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  constexpr uint32_t kFullArrivals = 1;   // the producer's expect_tx arrival; the bytes complete the phase
-#else
-  constexpr uint32_t kFullArrivals = 32;  // one cp.async-completion arrival per producer lane
-#endif
   const int tid = threadIdx.x;
   const int warp = tid / 32;
   const int lane = tid % 32;
@@ -155,7 +153,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) attend_kernel(const AttendAr
 
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
-      mma::mbar_init(full_bar + 8u * s, kFullArrivals);
+      mma::mbar_init(full_bar + 8u * s, 32u);                 // the producer warp's 32 lanes
       mma::mbar_init(empty_bar + 8u * s, uint32_t(Cfg::kWarps));  // one arrival per consumer warp
     }
     sCount[0] = 0;
@@ -172,7 +170,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) attend_kernel(const AttendAr
       const bool ok = R < rows_in_seq;
       const Element* src =
           qb + (ok ? a.q.offset(sp.batch_index, sp.q_begin + R / g, kv_head * g + R % g) + piece * 8 : 0);
-      mma::cp_async_16(sQ + r * Cfg::kRowStride + piece * 8, src, ok ? 16 : 0);
+      mma::cp_async_16(sQ + swz<D>(r, piece * 8), src, ok ? 16 : 0);
     }
     mma::cp_async_commit();
 
@@ -227,7 +225,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) attend_kernel(const AttendAr
   const int n_iter = int(tile_count);
 
   if (warp == Cfg::kWarps) {
-    // Producer: stream the K/V tiles into the ring.
+    // Producer: stream the K/V tiles into the ring. Each lane copies fixed 16-byte pieces of every tile row.
+    // (One cp.async.bulk per 256-byte key row was measured 2x slower than this on an H200: the rows are too small
+    // for the copy engine. A tensor-map copy of whole 64-row boxes is the sm_90 path still to try.)
+    constexpr int kRowsPerPass = 32 / Cfg::kRowPieces > 0 ? 32 / Cfg::kRowPieces : 1;
+    constexpr int kLanesPerRow = Cfg::kRowPieces < 32 ? Cfg::kRowPieces : 32;
+    const int lane_row = lane / kLanesPerRow;
+    const int lane_piece = lane % kLanesPerRow;
     const Element* kbase = static_cast<const Element*>(a.k.data) + a.k.offset(sp.batch_index, sp.k_begin, kv_head);
     const Element* vbase = static_cast<const Element*>(a.v.data) + a.v.offset(sp.batch_index, sp.k_begin, kv_head);
     const int64_t k_row_stride = a.k.stride[1], v_row_stride = a.v.stride[1];
@@ -237,48 +241,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) attend_kernel(const AttendAr
       const int64_t tile = cursor.next(sUnion);
       Element* sK = sRing + size_t(stage) * 2 * Cfg::kTileElems;
       Element* sV = sK + Cfg::kTileElems;
-      const int valid_rows = int(::min(int64_t(kTileKeys), sp.n_k - tile * kTileKeys));
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-      // One bulk copy per key row. Rows past the sequence get zeros (masked keys must multiply finite values).
-      constexpr uint32_t kRowBytes = D * sizeof(Element);
-      if (valid_rows < kTileKeys) {
-        for (int idx = lane; idx < (kTileKeys - valid_rows) * Cfg::kRowPieces; idx += 32) {
-          const int r = valid_rows + idx / Cfg::kRowPieces, piece = idx % Cfg::kRowPieces;
-          *reinterpret_cast<uint4*>(sK + r * Cfg::kRowStride + piece * 8) = make_uint4(0, 0, 0, 0);
-          *reinterpret_cast<uint4*>(sV + r * Cfg::kRowStride + piece * 8) = make_uint4(0, 0, 0, 0);
-        }
-        mma::fence_proxy_async_shared();
-      }
-      __syncwarp();
-      const uint32_t bar = full_bar + 8u * stage;
-      if (lane == 0) mma::mbar_arrive_expect_tx(bar, uint32_t(valid_rows) * kRowBytes * 2u);
-      __syncwarp();
-      const uint32_t sK_addr = mma::smem_addr(sK), sV_addr = mma::smem_addr(sV);
-      const int64_t key0 = tile * kTileKeys;
-      for (int r = lane; r < valid_rows; r += 32) {
-        const uint32_t off = uint32_t(r) * Cfg::kRowStride * sizeof(Element);
-        mma::bulk_copy_g2s(sK_addr + off, kbase + (key0 + r) * k_row_stride, kRowBytes, bar);
-        mma::bulk_copy_g2s(sV_addr + off, vbase + (key0 + r) * v_row_stride, kRowBytes, bar);
-      }
-#else
-      // Each lane copies fixed 16-byte pieces of every tile row; rows past the sequence are zero-filled.
-      constexpr int kLanesPerRow = Cfg::kRowPieces < 32 ? Cfg::kRowPieces : 32;
-      constexpr int kRowsPerPass = 32 / kLanesPerRow;
-      const int lane_row = lane / kLanesPerRow;
-      const int lane_piece = lane % kLanesPerRow;
 #pragma unroll 4
       for (int r = lane_row; r < kTileKeys; r += kRowsPerPass) {
         const int64_t key = tile * kTileKeys + r;
-        const bool ok = r < valid_rows;
+        const bool ok = key < sp.n_k;
 #pragma unroll
         for (int piece = lane_piece; piece < Cfg::kRowPieces; piece += kLanesPerRow) {
-          const int dst = r * Cfg::kRowStride + piece * 8;
+          const int dst = swz<D>(r, piece * 8);
           mma::cp_async_16(sK + dst, ok ? kbase + key * k_row_stride + piece * 8 : kbase, ok ? 16 : 0);
           mma::cp_async_16(sV + dst, ok ? vbase + key * v_row_stride + piece * 8 : vbase, ok ? 16 : 0);
         }
       }
       mma::cp_async_mbar_arrive(full_bar + 8u * stage);
-#endif
     }
     mma::cp_async_wait<0>();
     return;
@@ -311,21 +285,30 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) attend_kernel(const AttendAr
   for (int i = 0; i < Cfg::kONTiles; ++i) acc_o[i][0] = acc_o[i][1] = acc_o[i][2] = acc_o[i][3] = 0.0f;
   float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f;
 
-  // ldmatrix lane addresses (bytes): each lane's row and 8-column group; k-steps, 16-row blocks and the stage are
-  // constant offsets the compiler folds into the instructions.
-  constexpr uint32_t kRowBytes = Cfg::kRowStride * sizeof(Element);
+  // ldmatrix lane addresses. A lane's row r always has r % 8 == lane % 8, so its swizzled 16-byte piece for
+  // column piece 2k + b is (2k) ^ (b ^ lane % 8): four variants (k % 4) per operand; the rest (k / 4, the
+  // 16-row block, the stage) are plain offsets the compiler folds into the instructions.
+  constexpr uint32_t kRowBytes = D * sizeof(Element);
   constexpr uint32_t kTileBytes = Cfg::kTileElems * sizeof(Element);
   const int r8 = lane % 8;
-  const uint32_t q_off = uint32_t(warp * 16 + r8 + 8 * ((lane / 8) % 2)) * kRowBytes + 16u * (lane / 16);
-  const uint32_t k_off = uint32_t(r8 + 8 * (lane / 16)) * kRowBytes + 16u * ((lane / 8) % 2);
-  const uint32_t v_off = uint32_t(r8 + 8 * ((lane / 8) % 2)) * kRowBytes + 16u * (lane / 16);
+  const uint32_t q_row = uint32_t(warp * 16 + r8 + 8 * ((lane / 8) % 2));
+  const uint32_t k_row = uint32_t(r8 + 8 * (lane / 16));
+  const uint32_t v_row = uint32_t(r8 + 8 * ((lane / 8) % 2));
+  const uint32_t q_sel = uint32_t((lane / 16) ^ r8), k_sel = uint32_t(((lane / 8) % 2) ^ r8), v_sel = q_sel;
+  uint32_t q_off[4], k_off[4], v_off[4];
+#pragma unroll
+  for (int var = 0; var < 4; ++var) {
+    q_off[var] = q_row * kRowBytes + (((2u * var) ^ q_sel) << 4);
+    k_off[var] = k_row * kRowBytes + (((2u * var) ^ k_sel) << 4);
+    v_off[var] = v_row * kRowBytes + (((2u * var) ^ v_sel) << 4);
+  }
   const uint32_t sQ_addr = mma::smem_addr(sQ);
   const uint32_t sRing_addr = mma::smem_addr(sRing);
 
   uint32_t q_frag[Cfg::kQInRegisters ? Cfg::kKSteps : 1][4];
   if constexpr (Cfg::kQInRegisters) {
 #pragma unroll
-    for (int kk = 0; kk < Cfg::kKSteps; ++kk) mma::ldmatrix_x4(q_frag[kk], sQ_addr + q_off + 32u * kk);
+    for (int kk = 0; kk < Cfg::kKSteps; ++kk) mma::ldmatrix_x4(q_frag[kk], sQ_addr + q_off[kk % 4] + 128u * (kk / 4));
   }
   const bool bias_on = !a.dense && a.prior != PriorMode::kNone;
   float* warp_bias = sBias + warp * 64;  // [token slot (< 16)][chunk of the tile (< 4)]
@@ -379,13 +362,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) attend_kernel(const AttendAr
         if constexpr (Cfg::kQInRegisters) {
           qa[0] = q_frag[kk][0]; qa[1] = q_frag[kk][1]; qa[2] = q_frag[kk][2]; qa[3] = q_frag[kk][3];
         } else {
-          mma::ldmatrix_x4(qa, sQ_addr + q_off + 32u * kk);
+          mma::ldmatrix_x4(qa, sQ_addr + q_off[kk % 4] + 128u * (kk / 4));
         }
 #pragma unroll
         for (int np = 0; np < 4; ++np) {
           uint32_t b[4];
           // Key rows 16np + (lane % 8) + 8 * (lane / 16), head-dim columns 16kk + 8 * ((lane / 8) % 2).
-          mma::ldmatrix_x4(b, sK_addr + k_off + 32u * kk + uint32_t(np) * 16u * kRowBytes);
+          mma::ldmatrix_x4(b, sK_addr + k_off[kk % 4] + 128u * (kk / 4) + uint32_t(np) * 16u * kRowBytes);
           mma::mma_16816<Element>(s[2 * np], qa, b[0], b[1]);
           mma::mma_16816<Element>(s[2 * np + 1], qa, b[2], b[3]);
         }
@@ -467,7 +450,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) attend_kernel(const AttendAr
         for (int dp = 0; dp < D / 16; ++dp) {
           uint32_t b[4];
           // Key rows 16j + (lane % 8) + 8 * ((lane / 8) % 2), head-dim columns 16dp + 8 * (lane / 16).
-          mma::ldmatrix_x4_trans(b, sV_addr + v_off + 32u * dp + uint32_t(j) * 16u * kRowBytes);
+          mma::ldmatrix_x4_trans(b, sV_addr + v_off[dp % 4] + 128u * (dp / 4) + uint32_t(j) * 16u * kRowBytes);
           mma::mma_16816<Element>(acc_o[2 * dp], pa, b[0], b[1]);
           mma::mma_16816<Element>(acc_o[2 * dp + 1], pa, b[2], b[3]);
         }

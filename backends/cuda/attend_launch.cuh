@@ -21,11 +21,11 @@
 
 namespace dashattn::cuda {
 
-// K/V ring depth of the one-warp (decode) tiling: about 75 / 109 / 140 KB of shared memory for head dim
-// 64 / 128 / 256, i.e. 3 / 2 / 1 CTAs per SM, each keeping its next tiles in flight.
+// K/V ring depth of the one-warp (decode) tiling: 66 / 100 / 136 KB of shared memory for head dim 64 / 128 / 256,
+// i.e. 3 / 2 / 1 CTAs per SM, each keeping its next tiles in flight.
 constexpr int decode_stages(int head_dim) { return head_dim <= 64 ? 4 : (head_dim <= 128 ? 3 : 2); }
 constexpr size_t decode_smem_bytes(int head_dim) {
-  return size_t(16) * (head_dim + 8) * 2 + size_t(decode_stages(head_dim)) * 2 * 64 * (head_dim + 8) * 2 + 1024;
+  return size_t(16) * head_dim * 2 + size_t(decode_stages(head_dim)) * 2 * 64 * head_dim * 2 + 1024;
 }
 
 struct AttendPlan {

@@ -69,23 +69,6 @@ __device__ __forceinline__ void mbar_arrive(uint32_t addr) {
 __device__ __forceinline__ void cp_async_mbar_arrive(uint32_t addr) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared.b64 [%0];\n" ::"r"(addr) : "memory");
 }
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-// sm_90: one arrival that also expects `bytes` of bulk-copy traffic in the current phase.
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t addr, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(addr), "r"(bytes) : "memory");
-}
-// sm_90: bulk global -> shared copy (the copy engine), completion counted in bytes on the mbarrier.
-__device__ __forceinline__ void bulk_copy_g2s(uint32_t dst, const void* src, uint32_t bytes, uint32_t mbar) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
-      "l"(src), "r"(bytes), "r"(mbar)
-      : "memory");
-}
-__device__ __forceinline__ void fence_proxy_async_shared() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-#endif
-
 // Waits until the phase of the given parity has completed.
 __device__ __forceinline__ void mbar_wait(uint32_t addr, uint32_t parity) {
   uint32_t done;
