@@ -34,6 +34,20 @@ int main(int argc, char** argv) {
       add_bench_command(app),  add_inspect_command(app), add_backends_command(app),
   };
 
+  // CLI11 reports an unknown subcommand only as "a subcommand is required"; name it instead.
+  if (argc > 1 && argv[1][0] != '-') {
+    std::string known;
+    bool found = false;
+    for (const Command& c : commands) {
+      found = found || c.app->get_name() == argv[1];
+      known += (known.empty() ? "" : ", ") + c.app->get_name();
+    }
+    if (!found) {
+      std::cerr << "error: unknown subcommand '" << argv[1] << "' (expected one of: " << known << ")\n";
+      return kExitUsage;
+    }
+  }
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {

@@ -34,13 +34,16 @@ void Table::print(std::ostream& out, const std::string& indent) const {
     for (const auto& row : rows_) width[c] = std::max(width[c], row[c].size());
   }
   auto line = [&](const std::vector<std::string>& cells, bool header) {
-    out << indent;
+    std::ostringstream s;
+    s << indent;
     for (size_t c = 0; c < cells.size(); ++c) {
       const bool right = !header && looks_numeric(cells[c]);
-      out << (right ? std::right : std::left) << std::setw(static_cast<int>(width[c])) << cells[c];
-      if (c + 1 < cells.size()) out << "  ";
+      s << (right ? std::right : std::left) << std::setw(static_cast<int>(width[c])) << cells[c];
+      if (c + 1 < cells.size()) s << "  ";
     }
-    out << std::left << '\n';
+    std::string text = s.str();
+    text.erase(text.find_last_not_of(' ') + 1);
+    out << text << '\n';
   };
   line(headers_, true);
   std::vector<std::string> rule;

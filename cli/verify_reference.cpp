@@ -106,6 +106,7 @@ Routing route(const Problem& p, const std::vector<double>& summ) {
   r.log_w.assign(static_cast<size_t>(p.batch * p.h_kv * p.n_q * nc), -INFINITY);
   r.mu.assign(static_cast<size_t>(p.batch * p.h_kv * p.n_q), 0.0);
   r.tie.assign(r.log_w.size(), 0);
+  r.bias_sensitivity.assign(r.mu.size(), 0.0);
 
   std::vector<double> x(static_cast<size_t>(g * nc)), err(static_cast<size_t>(g * nc)), tau(static_cast<size_t>(g));
   for (int64_t s = 0; s < p.batch; ++s) {
@@ -138,21 +139,29 @@ Routing route(const Problem& p, const std::vector<double>& summ) {
           tau[static_cast<size_t>(hh)] = entmax_threshold_sorted(
               std::vector<double>(x.begin() + hh * nc, x.begin() + hh * nc + diag), alpha);
         }
-        double log_sum = 0;
+        double log_sum = 0, max_dlog_w = 0;
         int64_t routed = 0;
         for (int64_t c = 0; c < diag; ++c) {
           Real w = 0;
+          double dw = 0;  // first-order bound of the change of w under the score errors
           bool clearly_in = false, near = false;
           for (int64_t hh = 0; hh < g; ++hh) {
             const double t = tau[static_cast<size_t>(hh)];
             const double y = x[static_cast<size_t>(hh * nc + c)] - t;
-            if (y > 0) w += std::pow(static_cast<Real>(y), static_cast<Real>(power));
             // The threshold moves by at most the largest score error of the row; the score by its own.
-            const double margin = 1e-6 * std::max(1.0, std::fabs(t)) + err[static_cast<size_t>(hh * nc + c)] + row_err;
+            const double dy = err[static_cast<size_t>(hh * nc + c)] + row_err;
+            if (y > 0) {
+              w += std::pow(static_cast<Real>(y), static_cast<Real>(power));
+              dw += power * std::pow(y, power - 1.0) * dy;
+            }
+            const double margin = 1e-6 * std::max(1.0, std::fabs(t)) + dy;
             if (y > margin) clearly_in = true;
             if (std::fabs(y) <= margin) near = true;
           }
           w /= static_cast<Real>(g);
+          dw /= static_cast<double>(g);
+          // A positive float weight is at least ~1e-45, so |log w| stays below 104: cap the bound there.
+          if (w > 0) max_dlog_w = std::min(110.0, std::max(max_dlog_w, dw >= w ? INFINITY : -std::log1p(-dw / w)));
           const size_t cell = row * static_cast<size_t>(nc) + static_cast<size_t>(c);
           r.tie[cell] = (!clearly_in && near) ? 1 : 0;
           if (w > 0) {
@@ -163,6 +172,14 @@ Routing route(const Problem& p, const std::vector<double>& summ) {
           }
         }
         r.mu[row] = routed > 0 ? log_sum / static_cast<double>(routed) : 0.0;
+        // d = log w (raw) moves by the change of log w; (log w - mu) / sigma by up to twice that, over sigma.
+        switch (p.method.prior) {
+          case PriorMode::kRaw: r.bias_sensitivity[row] = max_dlog_w; break;
+          case PriorMode::kEstimateDiagonal:
+            r.bias_sensitivity[row] = 2.0 * max_dlog_w / static_cast<double>(p.method.sigma);
+            break;
+          case PriorMode::kNone: r.bias_sensitivity[row] = 0.0; break;
+        }
       }
     }
   }

@@ -36,6 +36,10 @@ struct Routing {
   // [b, h_kv, n_q, n_k / C]: whether the chunk is routed could flip under float32 rounding of the scores, because
   // no head has it clearly inside its support and some head has it within rounding of its threshold.
   std::vector<uint8_t> tie;
+  // [b, h_kv, n_q]: bound on how far the prior bias of any attended key can move when the scores carry float32
+  // rounding (a chunk barely inside the support has a tiny w whose log is ill-conditioned); infinite when some
+  // routed chunk's weight could round to zero. Zero for prior none.
+  std::vector<double> bias_sensitivity;
 };
 
 // Stage 1 over the given summaries (the backend's, to isolate routing from Stage 0 rounding, or our own).
