@@ -1,8 +1,9 @@
 // Tensor files: safetensors, NumPy .npy and .npz, read into owning tensors and written back.
 //
 // Every reader treats its input as untrusted: a malformed, truncated or inconsistent file is rejected with an
-// IoError naming the file (and the tensor, where one is involved) and what is wrong, before any allocation larger
-// than the input itself. Data is always stored little-endian and row-major (C order).
+// IoError naming the file (and the tensor, where one is involved) and what is wrong. Sizes read from headers are
+// checked against the input before anything is allocated (a deflated .npz member may inflate to at most deflate's
+// maximum ratio). Data is always stored little-endian and row-major (C order). See docs/tensor-files.md.
 //
 //   dashattn::io::TensorFile f = dashattn::io::read_tensor_file("qkv.safetensors");
 //   dashattn::TensorView q = f.at("q").view();
