@@ -100,7 +100,7 @@ int run_bench(const BenchOptions& opt) {
   cfg.chunk = method.chunk_size;
   cfg.seed = opt.seed;
   cfg.num_needles = static_cast<int>(std::min<int64_t>(4, std::max<int64_t>(0, (opt.n - 32) / method.chunk_size)));
-  const HostProblem p = host_problem(synthetic::generate(cfg), dtype);
+  const HostProblem p = host_problem(generate_synthetic(cfg), dtype);
   const int64_t b = p.batch(), n = p.n_k(), hq = p.h_q(), hkv = p.h_kv(), d = p.d();
   const int64_t chunks = std::max<int64_t>(num_complete_chunks(n, method.chunk_size), 1);
   const int64_t words = mask_words(n, method.chunk_size);

@@ -76,7 +76,7 @@ int run_demo(const DemoOptions& opt) {
   cfg.num_needles = opt.needles;
   cfg.needle_queries = opt.needle_queries;
   cfg.seed = opt.seed;
-  const synthetic::Problem sp = synthetic::generate(cfg);
+  const synthetic::Problem sp = generate_synthetic(cfg);
   const HostProblem problem = host_problem(sp, dtype);
 
   const ForwardOutputs out = run_forward(backend, problem, method);

@@ -44,6 +44,20 @@ std::string HostProblem::describe() const {
   return s;
 }
 
+synthetic::Problem generate_synthetic(const synthetic::Config& config) {
+  try {
+    return synthetic::generate(config);
+  } catch (const Error& e) {
+    static const std::pair<const char*, const char*> kFlags[] = {
+        {"batch", "--batch"}, {"n", "--n"},         {"h_q", "--hq"},           {"h_kv", "--hkv"},
+        {"d", "--d"},         {"chunk", "--chunk"}, {"num_needles", "--needles"}, {"needle_queries", "--needle-queries"}};
+    for (const auto& [field, flag] : kFlags) {
+      if (e.argument() == field) throw Error(e.code(), flag, std::string(e.what()) + " (flag " + flag + ")");
+    }
+    throw;
+  }
+}
+
 HostProblem host_problem(const synthetic::Problem& p, DType dtype, int64_t n_q) {
   const synthetic::Config& c = p.config;
   if (n_q <= 0 || n_q > c.n) n_q = c.n;

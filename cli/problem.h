@@ -31,6 +31,9 @@ struct HostProblem {
   std::string describe() const;  // "b=1 n=4096 h_q=8 h_kv=2 d=64 bf16"
 };
 
+// synthetic::generate, with errors about a config field renamed to the flag that sets it (h_q -> --hq).
+synthetic::Problem generate_synthetic(const synthetic::Config& config);
+
 // A synthetic problem in dtype; n_q < n keeps only the last n_q queries (a decode-like problem).
 HostProblem host_problem(const synthetic::Problem& p, DType dtype, int64_t n_q = 0);
 
