@@ -2,7 +2,9 @@
 // for the convenience API, and the stage entry points that hand normalized params to the launchers.
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "attend_launch.cuh"
@@ -56,8 +58,32 @@ std::string check_tensor(const char* name, const TensorView& t) {
   return {};
 }
 
+// The K/V and summary tiles are copied in 16-byte pieces: base pointers must be 16-byte aligned and every
+// non-innermost stride a multiple of 8 elements (16 bytes of bf16/f16).
+std::string check_alignment(const char* name, const TensorView& t) {
+  if (!t.defined()) return {};
+  if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0) {
+    return std::string(name) + " must start at a 16-byte aligned address on the CUDA backend";
+  }
+  for (int i = 0; i + 1 < t.rank; ++i) {
+    if (t.shape[i] > 1 && t.stride[i] % 8 != 0) {
+      return std::string(name) + ".stride[" + std::to_string(i) + "] must be a multiple of 8 elements on the CUDA " +
+             "backend, got " + std::to_string(t.stride[i]);
+    }
+  }
+  return {};
+}
+
+constexpr int64_t kMaxGridY = 65535;  // Stage 2 launches one grid row per (sequence, KV head)
+
 class CudaBackend final : public Backend {
  public:
+  ~CudaBackend() override {
+    for (auto& w : dense_workspace_) {
+      if (w.ptr) cudaFree(w.ptr);
+    }
+  }
+
   const char* name() const override { return "cuda"; }
   DeviceType device_type() const override { return DeviceType::kCuda; }
   int priority() const override { return 10; }
@@ -119,6 +145,19 @@ class CudaBackend final : public Backend {
     if (!chunk_supported(p.method.chunk_size)) {
       return "chunk size " + std::to_string(p.method.chunk_size) +
              " is not supported by the CUDA backend (16, 32, 64 or 128)";
+    }
+    const TensorView* aligned[] = {&p.q, &p.k, &p.v, &p.o, &p.summaries};
+    const char* aligned_names[] = {"q", "k", "v", "o", "summaries"};
+    for (size_t i = 0; i < sizeof(aligned) / sizeof(aligned[0]); ++i) {
+      std::string r = check_alignment(aligned_names[i], *aligned[i]);
+      if (!r.empty()) return r;
+    }
+    if (p.q.rank == 4 && p.k.defined() && p.k.rank == 4) {
+      const int64_t seqs = p.batch.is_varlen() ? p.batch.num_seqs : p.q.shape[0];
+      if (seqs * p.k.shape[2] > kMaxGridY) {
+        return "batch x KV heads = " + std::to_string(seqs * p.k.shape[2]) + " exceeds the CUDA backend's limit of " +
+               std::to_string(kMaxGridY);
+      }
     }
     if (p.q.rank >= 3 && p.k.defined() && p.k.rank >= 3) {
       const int64_t h_q = p.q.shape[p.q.rank - 2], h_kv = p.k.shape[p.k.rank - 2];
@@ -222,7 +261,12 @@ class CudaBackend final : public Backend {
     f.v = p.v;
     f.batch = p.batch;
     f.method.scale = p.scale;
-    launch_dense(p, forward_shape(f), as_stream(p.stream));
+    const ProblemShape s = forward_shape(f);
+    // The dense baseline is a convenience entry point without a workspace argument; it keeps a grown-on-demand
+    // split-KV buffer per device so decode-shaped baselines split like the sparse path instead of under-filling.
+    const size_t bytes = attend_workspace_bytes(s, /*dense=*/true);
+    void* ws = bytes > 0 ? dense_workspace(p.q.device.index, bytes) : nullptr;
+    launch_dense(p, s, ws, bytes, as_stream(p.stream));
   }
 
   void* allocate(size_t bytes) override {
@@ -258,6 +302,31 @@ class CudaBackend final : public Backend {
   }
 
   void synchronize(void* stream) override { DASHATTN_CUDA_CHECK(cudaStreamSynchronize(as_stream(stream))); }
+
+ private:
+  struct Scratch {
+    void* ptr = nullptr;
+    size_t bytes = 0;
+  };
+
+  void* dense_workspace(int device, size_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (device < 0 || device >= static_cast<int>(sizeof(dense_workspace_) / sizeof(dense_workspace_[0]))) {
+      throw Unsupported("cuda", "q.device", "device index " + std::to_string(device) + " (at most 15)");
+    }
+    Scratch& w = dense_workspace_[device];
+    if (w.bytes < bytes) {
+      // A stream may still read the old buffer: wait for the device before replacing it (rare: it only grows).
+      DASHATTN_CUDA_CHECK(cudaDeviceSynchronize());
+      if (w.ptr) cudaFree(w.ptr);
+      w.ptr = allocate(bytes);
+      w.bytes = bytes;
+    }
+    return w.ptr;
+  }
+
+  std::mutex mutex_;
+  Scratch dense_workspace_[16];
 };
 
 }  // namespace
