@@ -36,7 +36,7 @@ struct TileScratch {
   Scratch<float> gathered_max, gathered_sum, gathered_rescale, gathered_bias;
   Scratch<int> gathered_valid, gathered_row, selected_query, selected_valid;
   Scratch<float> selected_bias;
-  Scratch<const float*> a_rows, p_rows;
+  Scratch<const float*> a_rows, p_rows, q_rows;
   Scratch<float*> o_rows;
   Scratch<int64_t> list_chunk;
   Scratch<float> list_bias;
@@ -71,7 +71,11 @@ class TileRunner {
     const int64_t rows = nq * g;
     const int64_t list_cap = sp.n_k / C + 1;
 
-    float* q = ws.q.reserve(rows * dp);
+    // q rows as the kernels read them: f32 inputs in place (any row stride works for broadcast loads), other
+    // dtypes widened once into the tile's scratch. The softmax scale is applied to the scores instead.
+    const bool q_in_place = job_.q.dtype == DType::kF32;
+    float* q_scratch = q_in_place ? nullptr : ws.q.reserve(rows * dp);
+    const float** q_rows = ws.q_rows.reserve(rows);
     float* o = ws.o.reserve(rows * dp);
     float* row_max = ws.row_max.reserve(rows);
     float* row_sum = ws.row_sum.reserve(rows);
@@ -86,7 +90,14 @@ class TileRunner {
       tq.pos = query_position(i, sp.n_q, sp.n_k);
       tq.diag = diagonal_chunk(tq.pos, C);
       for (int64_t h = 0; h < g; ++h) {
-        load_row(element(job_.q, sp.batch_index, tq.row, r * g + h), job_.q.dtype, d, q + (qi * g + h) * dp);
+        const void* src = element(job_.q, sp.batch_index, tq.row, r * g + h);
+        if (q_in_place) {
+          q_rows[qi * g + h] = static_cast<const float*>(src);
+        } else {
+          float* dst = q_scratch + (qi * g + h) * dp;
+          load_row(src, job_.q.dtype, d, dst);
+          q_rows[qi * g + h] = dst;
+        }
       }
       int64_t* chunks = list_chunk + qi * list_cap;
       float* bias = list_bias + qi * list_cap;
@@ -106,7 +117,7 @@ class TileRunner {
         }
       }
       if (biased_ && len > 0) {
-        route_bias(item.seq, sp, r, tq.row, q + qi * g * dp, chunks, len, bias, ws);
+        route_bias(item.seq, sp, r, tq.row, q_rows + qi * g, chunks, len, bias, ws);
       } else {
         std::fill(bias, bias + len, 0.0f);
       }
@@ -114,10 +125,6 @@ class TileRunner {
       bias[len] = 0.0f;
       tq.len = len + 1;
       tq.cursor = 0;
-      for (int64_t h = 0; h < g; ++h) {
-        float* qrow = q + (qi * g + h) * dp;
-        scale_row(qrow, d, job_.scale, qrow);
-      }
     }
 
     // o needs no clearing: a row's first chunk has rescale 0, and accumulate_pv then starts from zero.
@@ -177,7 +184,7 @@ class TileRunner {
           keys = std::max(keys, valid);
           for (int64_t h = 0; h < g; ++h, ++m) {
             const int64_t rr = sel_query[k] * g + h;
-            a_rows[m] = q + rr * dp;
+            a_rows[m] = q_rows[rr];
             o_rows[m] = o + rr * dp;
             p_rows[m] = s + m * cp;
             g_valid[m] = valid;
@@ -190,7 +197,7 @@ class TileRunner {
         if (m == 0) continue;
         const int cols = static_cast<int>(std::min(cp, pad_floats(keys)));
         matmul_bt(a_rows, m, static_cast<int>(d), kv_.kt_block(item.seq, r, chunk), cp, cols, s, cp);
-        softmax_step(s, cp, m, cols, biased_ ? g_bias : nullptr, g_valid, g_max, g_sum, g_rescale);
+        softmax_step(s, cp, m, cols, job_.scale, biased_ ? g_bias : nullptr, g_valid, g_max, g_sum, g_rescale);
         accumulate_pv(o_rows, g_rescale, p_rows, m, kv_.v_block(item.seq, r, chunk), dp, keys, static_cast<int>(dp));
         for (int k = 0; k < m; ++k) {
           row_max[g_row[k]] = g_max[k];
@@ -217,7 +224,7 @@ class TileRunner {
  private:
   // Bias of each routed chunk of one query: rebuild the group weight from the stored τ and a fresh matmul_bt
   // score against the chunk's summary (the same kernel and the same inputs Stage 1 thresholded).
-  void route_bias(int64_t seq, const SequenceSpan& sp, int64_t r, int64_t row, const float* q_rows,
+  void route_bias(int64_t seq, const SequenceSpan& sp, int64_t r, int64_t row, const float* const* q_rows,
                   const int64_t* chunks, int64_t len, float* bias, TileScratch& ws) const {
     const int64_t g = job_.group, d = job_.d, dp = kv_.d_pad();
     const int64_t cols = pad_floats(len);
@@ -234,7 +241,7 @@ class TileRunner {
       for (int64_t k = 0; k < len; ++k) dst[k] = srows[k * dp + t];
       std::fill(dst + len, dst + cols, 0.0f);
     }
-    for (int64_t h = 0; h < g; ++h) a_rows[h] = q_rows + h * dp;
+    for (int64_t h = 0; h < g; ++h) a_rows[h] = q_rows[h];
     matmul_bt(a_rows, static_cast<int>(g), static_cast<int>(d), st, cols, static_cast<int>(cols), scores, cols);
     for (int64_t h = 0; h < g; ++h) {
       taus[h] = *static_cast<const float*>(element(job_.tau, sp.batch_index, r * g + h, row));

@@ -269,20 +269,26 @@ inline void AccumulatePv(float* const* o_rows, const float* rescale, const float
 
 #undef DASHATTN_BLOCK_CASES
 
-inline void SoftmaxStep(float* s, int64_t s_stride, int rows, int cols, const float* bias, const int* valid,
-                        float* row_max, float* row_sum, float* rescale) {
+inline void SoftmaxStep(float* s, int64_t s_stride, int rows, int cols, float scale, const float* bias,
+                        const int* valid, float* row_max, float* row_sum, float* rescale) {
   const FloatTag df;
   const int lanes = static_cast<int>(hn::Lanes(df));
   const float neg_inf = -std::numeric_limits<float>::infinity();
   for (int r = 0; r < rows; ++r) {
     float* x = s + static_cast<int64_t>(r) * s_stride;
     const int lim = valid[r];
+    const FloatVec vscale = hn::Set(df, scale);
+    FloatVec mx = hn::Set(df, neg_inf);
     if (bias != nullptr && bias[r] != 0.0f) {
       const FloatVec b = hn::Set(df, bias[r]);
-      for (int j = 0; j < cols; j += lanes) hn::Store(hn::Add(hn::Load(df, x + j), b), df, x + j);
+      for (int j = 0; j < cols; j += lanes) {
+        const FloatVec v = hn::MulAdd(hn::Load(df, x + j), vscale, b);
+        hn::Store(v, df, x + j);
+      }
+    } else {
+      for (int j = 0; j < cols; j += lanes) hn::Store(hn::Mul(hn::Load(df, x + j), vscale), df, x + j);
     }
     for (int j = lim; j < cols; ++j) x[j] = neg_inf;
-    FloatVec mx = hn::Set(df, neg_inf);
     for (int j = 0; j < cols; j += lanes) mx = hn::Max(mx, hn::Load(df, x + j));
     const float block_max = hn::GetLane(hn::MaxOfLanes(df, mx));
     const float old_max = row_max[r];

@@ -42,9 +42,9 @@ void matmul_bt(const float* const* a_rows, int rows, int depth, const float* bt,
   HWY_DYNAMIC_DISPATCH(MatmulBt)(a_rows, rows, depth, bt, bt_stride, cols, s, s_stride);
 }
 
-void softmax_step(float* s, int64_t s_stride, int rows, int cols, const float* bias, const int* valid,
+void softmax_step(float* s, int64_t s_stride, int rows, int cols, float scale, const float* bias, const int* valid,
                   float* row_max, float* row_sum, float* rescale) {
-  HWY_DYNAMIC_DISPATCH(SoftmaxStep)(s, s_stride, rows, cols, bias, valid, row_max, row_sum, rescale);
+  HWY_DYNAMIC_DISPATCH(SoftmaxStep)(s, s_stride, rows, cols, scale, bias, valid, row_max, row_sum, rescale);
 }
 
 void accumulate_pv(float* const* o_rows, const float* rescale, const float* const* p_rows, int rows,

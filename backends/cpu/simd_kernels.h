@@ -36,12 +36,13 @@ float dot_row(const float* a, const float* b, int64_t n);
 void matmul_bt(const float* const* a_rows, int rows, int depth, const float* bt, int64_t bt_stride, int cols,
                float* s, int64_t s_stride);
 
-// One online-softmax step over a block of key logits per row. For every row r < rows, with x = s row r:
-//   x[j] += bias[r] (bias may be null), x[j] = −inf for j >= valid[r], m' = max(row_max[r], max x),
+// One online-softmax step over a block of key scores per row. For every row r < rows, with x = s row r:
+//   x[j] = x[j]·scale (+ bias[r], fused, when bias is non-null and bias[r] != 0), x[j] = −inf for j >= valid[r],
+//   m' = max(row_max[r], max x),
 //   rescale[r] = exp(row_max[r] − m'), x[j] = exp(x[j] − m') (0 for j >= valid[r]),
 //   row_sum[r] = row_sum[r]·rescale[r] + Σ x, row_max[r] = m'.
 // cols is a multiple of kFloatPad and every valid[r] >= 1.
-void softmax_step(float* s, int64_t s_stride, int rows, int cols, const float* bias, const int* valid,
+void softmax_step(float* s, int64_t s_stride, int rows, int cols, float scale, const float* bias, const int* valid,
                   float* row_max, float* row_sum, float* rescale);
 
 // o_rows[r][c] = o_rows[r][c]·rescale[r] + Σ_{j < keys} p_rows[r][j] · v[j·v_stride + c] for c < width.

@@ -173,6 +173,7 @@ TEST_CASE("accumulate_pv: rescaled accumulator plus one MulAdd chain over the ke
 TEST_CASE("softmax_step: bias, masked columns, running max and sum") {
   for_each_cpu_target([&](int64_t) {
     const int rows = 5, cols = 48;
+    const float kScale = 0.75f;
     const std::vector<float> logits = random_floats(static_cast<size_t>(rows) * cols, 77, 4.0f);
     const std::vector<int> valid = {48, 1, 33, 47, 20};
     const std::vector<float> bias = {0.0f, -2.5f, 1.25f, 0.0f, -80.0f};
@@ -185,13 +186,15 @@ TEST_CASE("softmax_step: bias, masked columns, running max and sum") {
           row_sum[r] = fresh ? 0.0f : 2.0f + r;
         }
         const std::vector<float> max0 = row_max, sum0 = row_sum;
-        cpu::softmax_step(s.get(), cols, rows, cols, with_bias ? bias.data() : nullptr, valid.data(), row_max.data(),
-                          row_sum.data(), rescale.data());
+        cpu::softmax_step(s.get(), cols, rows, cols, kScale, with_bias ? bias.data() : nullptr, valid.data(),
+                          row_max.data(), row_sum.data(), rescale.data());
         for (int r = 0; r < rows; ++r) {
           INFO("row " << r << " bias " << with_bias << " fresh " << fresh);
-          // The biased logit is rounded to float first, as the kernel stores it.
+          // The scaled, biased logit is rounded to float first (one fused rounding), as the kernel stores it.
           const float b = with_bias ? bias[r] : 0.0f;
-          auto biased = [&](int j) { return static_cast<double>(logits[r * cols + j] + b); };
+          auto biased = [&](int j) {
+            return static_cast<double>(b != 0.0f ? std::fma(logits[r * cols + j], kScale, b) : logits[r * cols + j] * kScale);
+          };
           double m = max0[r];
           for (int j = 0; j < valid[r]; ++j) m = std::max(m, biased(j));
           CHECK(row_max[r] == doctest::Approx(m).epsilon(1e-6));
