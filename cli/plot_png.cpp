@@ -196,7 +196,7 @@ void write_routing_plot(const std::string& path, const RoutingPlot& plot) {
   const int cell = static_cast<int>(std::clamp<int64_t>(kMaxCells / std::max(rows, cols), 1, 12));
   const int panel_w = static_cast<int>(cols) * cell, panel_h = static_cast<int>(rows) * cell;
 
-  constexpr int kMargin = 24, kGap = 36, kTop = 74, kTick = 7;
+  constexpr int kMargin = 24, kGap = 36, kTop = 82, kTick = 7;
   const std::string legend1 = "SHARE OF THE BLOCK QUERIES ROUTING:";
   const std::string legend2 = "DIAGONAL      NOT VISIBLE      NEEDLE CHUNK / ITS QUERIES";
   const int legend_w = std::max(Canvas::text_width(legend1, 2) + 320, Canvas::text_width(legend2, 2) + 60);
@@ -217,7 +217,7 @@ void write_routing_plot(const std::string& path, const RoutingPlot& plot) {
   for (int64_t r = 0; r < plot.h_kv; ++r) {
     const int x0 = kMargin + static_cast<int>(r) * (panel_w + kGap);
     const int y0 = kTop;
-    canvas.text(x0, kTop - 22, "KV HEAD " + std::to_string(r), 2, kText);
+    canvas.text(x0, kTop - 32, "KV HEAD " + std::to_string(r), 2, kText);
 
     std::vector<CellCounts> counts(static_cast<size_t>(rows * cols));
     for (int64_t i = 0; i < plot.n_q; ++i) {
@@ -262,6 +262,11 @@ void write_routing_plot(const std::string& path, const RoutingPlot& plot) {
       const int64_t row_end = (diagonal_chunk(query_position(b_end, plot.n_q, plot.n_k), C) - first_block) / bin;
       canvas.fill(x0 - kTick - 2, y0 + static_cast<int>(row_begin) * cell, kTick,
                   static_cast<int>(row_end - row_begin + 1) * cell, kNeedle);
+      // Frame the cells where the needle queries meet the needle chunk: their shade is the answer to "routed?".
+      if (cell >= 3) {
+        canvas.frame(x0 + static_cast<int>(nd.chunk / bin) * cell + 1, y0 + static_cast<int>(row_begin) * cell + 1,
+                     cell - 2, static_cast<int>(row_end - row_begin + 1) * cell - 2, kNeedle);
+      }
     }
     // Chunk index at both ends of the x axis.
     const int label_y = y0 + panel_h + kTick + 6;
