@@ -200,7 +200,9 @@ void write_routing_plot(const std::string& path, const RoutingPlot& plot) {
   const std::string legend1 = "SHARE OF THE BLOCK QUERIES ROUTING:";
   const std::string legend2 = "DIAGONAL      NOT VISIBLE      NEEDLE CHUNK / ITS QUERIES";
   const int legend_w = std::max(Canvas::text_width(legend1, 2) + 320, Canvas::text_width(legend2, 2) + 60);
-  const int panels_w = static_cast<int>(plot.h_kv) * panel_w + static_cast<int>(plot.h_kv - 1) * kGap;
+  // Each panel's slot is at least as wide as its title, so small grids do not overlap their labels.
+  const int slot_w = std::max(panel_w, Canvas::text_width("KV HEAD " + std::to_string(plot.h_kv - 1), 2));
+  const int panels_w = static_cast<int>(plot.h_kv) * slot_w + static_cast<int>(plot.h_kv - 1) * kGap;
   const int width = 2 * kMargin + std::max({panels_w, legend_w, Canvas::text_width(plot.title, 2)});
   const int height = kTop + panel_h + 2 * kTick + 24 + 70;
   Canvas canvas(width, height);
@@ -215,7 +217,7 @@ void write_routing_plot(const std::string& path, const RoutingPlot& plot) {
   }
 
   for (int64_t r = 0; r < plot.h_kv; ++r) {
-    const int x0 = kMargin + static_cast<int>(r) * (panel_w + kGap);
+    const int x0 = kMargin + static_cast<int>(r) * (slot_w + kGap);
     const int y0 = kTop;
     canvas.text(x0, kTop - 32, "KV HEAD " + std::to_string(r), 2, kText);
 
@@ -271,8 +273,10 @@ void write_routing_plot(const std::string& path, const RoutingPlot& plot) {
     // Chunk index at both ends of the x axis.
     const int label_y = y0 + panel_h + kTick + 6;
     canvas.text(x0, label_y, "0", 1, kText);
-    const std::string last = std::to_string(chunks - 1);
-    canvas.text(x0 + panel_w - Canvas::text_width(last, 1), label_y, last, 1, kText);
+    if (chunks > 1) {
+      const std::string last = std::to_string(chunks - 1);
+      canvas.text(x0 + std::max(panel_w - Canvas::text_width(last, 1), 12), label_y, last, 1, kText);
+    }
   }
 
   // Legend: the colour ramp, then the swatches.
