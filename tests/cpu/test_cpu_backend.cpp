@@ -369,6 +369,27 @@ TEST_CASE("forward matches the float64 reference on every target") {
     c.method.chunk_size = 32;
     cases.push_back(c);
   }
+  {
+    Case c{"bf16 d 512, C 4 (smallest chunk), one query", base(DType::kBF16), m16, DType::kBF16};
+    c.spec.d = 512;
+    c.spec.h_q = 2;
+    c.spec.h_kv = 1;
+    c.spec.n_q = 1;
+    c.spec.n_k = 131;
+    c.method.chunk_size = 4;
+    cases.push_back(c);
+  }
+  {
+    Case c{"f32 GQA 16, C 128, raw", base(DType::kF32), m16, DType::kF32};
+    c.spec.h_q = 16;
+    c.spec.h_kv = 1;
+    c.spec.d = 32;
+    c.spec.n_q = 300;
+    c.spec.n_k = 700;
+    c.method.chunk_size = 128;
+    c.method.prior = PriorMode::kRaw;
+    cases.push_back(c);
+  }
   for (const Case& c : cases) {
     const ref::Problem pr = ref::make_problem(c.spec);
     for_each_cpu_target([&](int64_t) {
