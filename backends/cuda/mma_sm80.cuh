@@ -1,4 +1,5 @@
-// Warp-level tensor-core MMA (mma.sync m16n8k16, fp32 accumulators) for bf16 and f16 operands, sm_80 and later.
+// Warp-level tensor-core MMA (mma.sync m16n8k16, fp32 accumulators) for bf16 and f16 operands, sm_80 and later,
+// plus the ldmatrix and cp.async helpers that feed it from shared memory.
 // Fragment layout (PTX ISA, "Matrix fragments for mma.m16n8k16"): with grp = lane / 4 and quad = lane % 4,
 //   A (row-major 16x16): a0 = (grp, 2quad..+1), a1 = (grp+8, 2quad..), a2 = (grp, 2quad+8..), a3 = (grp+8, 2quad+8..)
 //   B (col-major 16x8):  b0 = (k 2quad..+1, n grp), b1 = (k 2quad+8..+1, n grp)
@@ -33,6 +34,36 @@ __device__ __forceinline__ void mma_m16n8k16<__half>(float (&c)[4], const uint32
       "{%0,%1,%2,%3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// Four 8x8 b16 matrices from shared memory (ldmatrix.x4): lane l gives the row address of matrix l / 8, row l % 8;
+// register j receives matrix j in the fragment layout (thread t holds row t / 4, columns 2(t % 4), +1). For a tile
+// stored [n][k] (k contiguous), matrices (n 0-7, k 0-7), (n 0-7, k 8-15), (n 8-15, k 0-7), (n 8-15, k 8-15) are the
+// B fragments b0, b1 of the n8 tiles n 0-7 and n 8-15 of one k16 step.
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem_row) {
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem_row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// 16-byte asynchronous global-to-shared copy; src_bytes = 0 writes zeros without reading global memory.
+__device__ __forceinline__ void cp_async_16(void* smem_dst, const void* gmem_src, int src_bytes) {
+  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem_src), "r"(src_bytes)
+               : "memory");
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+
+// Waits until at most `pending` committed groups are still in flight (pending in 0..3).
+__device__ __forceinline__ void cp_async_wait(int pending) {
+  switch (pending) {
+    case 0: asm volatile("cp.async.wait_group 0;\n" ::: "memory"); break;
+    case 1: asm volatile("cp.async.wait_group 1;\n" ::: "memory"); break;
+    case 2: asm volatile("cp.async.wait_group 2;\n" ::: "memory"); break;
+    default: asm volatile("cp.async.wait_group 3;\n" ::: "memory"); break;
+  }
 }
 
 }  // namespace cuda

@@ -1,4 +1,7 @@
-// Stage-1 kernel body (see route.cuh for the algorithm). Included only by the generated route_hdim*_*.cu files.
+// Stage-1 multi-pass kernel (see route.cuh): the fallback for blocks whose candidate lists overflow in the
+// single-sweep kernel of route_fast.cuh, and the whole Stage 1 for summaries that are not 16-byte aligned. Three or
+// more synchronous sweeps over 16-chunk summary tiles, with certified passes for overflowing rows. Included only
+// through route_launch.cuh.
 #pragma once
 
 #include <cmath>
@@ -35,7 +38,14 @@ struct RouteArgs {
   float alpha;
   EntmaxSolver solver;
   bool summaries_vec16;    // 16-byte aligned summary rows: vector loads
+  bool only_flagged;       // multi-pass kernel: run only the blocks the single-sweep kernel handed over
+  int stages;              // single-sweep kernel: summary tiles in flight (2..4)
 };
+
+// τ bit pattern (a NaN no arithmetic produces) with which the single-sweep kernel marks, in the first row of a
+// block, that it left the whole block to the multi-pass kernel. Every other row's τ is written normally or as
+// the canonical NaN of a row with nothing to route.
+constexpr uint32_t kHandOverTauBits = 0x7fc0d1a5u;
 
 template <int kHeadDim>
 struct Config {
@@ -213,6 +223,10 @@ __global__ void __launch_bounds__(kThreads) route_kernel(RouteArgs a) {
   if (tok0 >= owned_rows) return;
   const int tokens = static_cast<int>((owned_rows - tok0 < a.tokens_per_block ? owned_rows - tok0 : int64_t(a.tokens_per_block)));
   const int rows_used = tokens * g;
+  if (a.only_flagged &&
+      __float_as_uint(*a.tau.ptr<float>(sp.batch_index, int64_t(r) * g, sp.q_begin + tok0)) != kHandOverTauBits) {
+    return;
+  }
 
   // Routable chunks per row: c_i of the token, 0 for padding.
   for (int rho = tid; rho < kRows; rho += kThreads) {
@@ -552,47 +566,5 @@ __global__ void __launch_bounds__(kThreads) route_kernel(RouteArgs a) {
 }
 
 }  // namespace route_detail
-
-template <int kHeadDim, typename T>
-void route_instance(const RouteParams& p, const ProblemShape& s, cudaStream_t stream) {
-  using namespace route_detail;
-  using C = Config<kHeadDim>;
-  static_assert(kHeadDim % 16 == 0, "head dims are multiples of 16");
-  if (s.group > C::kRows) {
-    throw Unsupported("cuda", "q", "GQA group size " + std::to_string(s.group) + " above " +
-                                       std::to_string(C::kRows) + " at head dim " + std::to_string(kHeadDim));
-  }
-  RouteArgs a{};
-  a.q = device_tensor(p.q);
-  a.summaries = device_tensor(p.summaries);
-  a.mask = device_tensor(p.routing.mask);
-  a.tau = device_tensor(p.routing.tau);
-  a.mu = device_tensor(p.routing.mu);
-  a.active = device_tensor(p.routing.active_chunks);
-  a.batch = device_batch(p.batch, s.n_q, s.n_k);
-  a.mask_words = p.routing.mask.shape[3];
-  a.chunk = static_cast<int>(s.chunk);
-  a.group = static_cast<int>(s.group);
-  a.tokens_per_block = static_cast<int>(C::kRows / s.group);
-  a.x_scale = route_x_scale(p.method.alpha, p.method.gamma, s.d);
-  a.alpha = p.method.alpha;
-  a.solver = p.method.solver;
-  const auto addr = reinterpret_cast<uintptr_t>(p.summaries.data);
-  a.summaries_vec16 = addr % 16 == 0 && p.summaries.stride[0] % 8 == 0 && p.summaries.stride[1] % 8 == 0 &&
-                      p.summaries.stride[2] % 8 == 0;
-  const int64_t blocks_x = ceil_div(s.n_q, a.tokens_per_block);
-  if (blocks_x == 0 || s.batch == 0) return;
-  if (s.h_kv > kMaxGridYZ || s.batch > kMaxGridYZ) {
-    throw Unsupported("cuda", "q", "more than 65535 KV heads or sequences in one call");
-  }
-  const size_t smem = Smem<kHeadDim>::kBytes;
-  // Per device and cheap (no synchronization, allowed during graph capture), so simply set on every launch.
-  DASHATTN_CUDA_CHECK(cudaFuncSetAttribute(route_kernel<kHeadDim, T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(smem)));
-  const dim3 grid(static_cast<unsigned>(blocks_x), static_cast<unsigned>(s.h_kv), static_cast<unsigned>(s.batch));
-  route_kernel<kHeadDim, T><<<grid, kThreads, smem, stream>>>(a);
-  DASHATTN_CUDA_CHECK_LAUNCH();
-}
-
 }  // namespace cuda
 }  // namespace dashattn

@@ -1,0 +1,442 @@
+// Stage-1 single-sweep kernel (see route.cuh for the contract): one tensor-core sweep over the summaries finds
+// every candidate of every row, the exact τ is solved on chip from the candidate lists, and the mask, μ and
+// active counts are emitted from the same lists, with no second look at the summaries.
+//
+// Why one sweep suffices: τ ≥ m − 1 for a row with maximum m, so only x > m − 1 can carry weight, and a chunk's
+// group weight is non-zero only if it is a candidate of some head. The sweep keeps a running maximum per row and
+// appends x > m_run − 1 − margin (a superset of the final candidates, since m_run only grows) with the chunk id to
+// a per-row list; a full list is compacted against the current threshold, and a row that still does not fit hands
+// the whole block to the multi-pass kernel (route_kernels.cuh), which then recomputes it from scratch.
+//
+// Summary tiles of 64 chunks stream through a cp.async ring of `stages` buffers. Block rows are laid out as in
+// the multi-pass kernel (row = token·g + head, each warp two m16 tiles at head dim ≤ 128). A block with no more
+// rows than one warp holds (decode: one token) splits the chunk axis instead: every warp scores the same rows on
+// its own 16-chunk sub-tile of each tile and keeps its own list segment, so the four warps sweep a quarter each.
+//
+// Group weights are accumulated per chunk in head order from 0, exactly as dashattn::group_weight sums them, so
+// the bits and μ match the multi-pass kernel's. Every reduction has a fixed order: results are reproducible.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "dashattn/entmax.h"
+#include "dashattn/prior.h"
+#include "mma_sm80.cuh"
+#include "route_kernels.cuh"
+
+namespace dashattn {
+namespace cuda {
+namespace route_detail {
+
+constexpr int kStageChunks = 64;   // chunks per pipelined summary tile
+constexpr int kSubChunks = 16;     // chunks per MMA sub-tile (two n8 tiles)
+constexpr int kSubTiles = kStageChunks / kSubChunks;
+constexpr int kFastListCap = 96;   // candidates per list column; lists hold value (f32) + chunk id (u16)
+constexpr int kMaxStages = 4;
+constexpr int kMaxListChunk = 65535;  // chunk ids are stored in 16 bits
+static_assert(kSubTiles == kWarps, "split blocks give one sub-tile of every tile to each warp");
+
+template <int kHeadDim>
+struct FastSmem {
+  using C = Config<kHeadDim>;
+  static constexpr size_t kStageBytes = size_t(kStageChunks) * C::kTileStride * 2;
+  static constexpr size_t kValBytes = size_t(kFastListCap) * C::kRows * 4;
+  static constexpr size_t kIdBytes = size_t(kFastListCap) * C::kRows * 2;
+  static constexpr size_t kRowBytes = size_t(C::kRows) * 3 * 4;  // column counts, row limits, row τ
+  static size_t bytes(int stages) { return size_t(stages) * kStageBytes + kValBytes + kIdBytes + kRowBytes; }
+};
+
+// The candidates of row `row`: list columns row, row + stride, ... (one per warp of a split block, `segments` of
+// them) concatenated; end0..end2 are the running lengths after the first three segments.
+template <int kRows>
+struct SegmentedList {
+  const float* vals;
+  int row, stride, end0, end1, end2;
+  __device__ float operator()(int i) const {
+    int s = 0, begin = 0;
+    if (i >= end0) {
+      s = 1;
+      begin = end0;
+      if (i >= end1) {
+        s = 2;
+        begin = end1;
+        if (i >= end2) {
+          s = 3;
+          begin = end2;
+        }
+      }
+    }
+    return vals[(i - begin) * kRows + s * stride + row];
+  }
+};
+
+// Drops the entries x ≤ th of list column `col` (n entries), keeping their order; run by the four lanes of the
+// quad that owns the row (mask qmask, leader lane `leader`). Returns the new length in every lane of the quad.
+template <int kRows>
+__device__ __forceinline__ int compact_column(float* vals, uint16_t* ids, int col, int n, float th, bool leader,
+                                              unsigned qmask, int leader_lane) {
+  int kept = 0;
+  if (leader) {
+    for (int i = 0; i < n; ++i) {
+      const float v = vals[i * kRows + col];
+      if (v > th) {
+        vals[kept * kRows + col] = v;
+        ids[kept * kRows + col] = ids[i * kRows + col];
+        ++kept;
+      }
+    }
+  }
+  __syncwarp(qmask);
+  return __shfl_sync(qmask, kept, leader_lane);
+}
+
+// Candidate threshold for a running maximum m: slightly below m − 1 so that float rounding never drops a support
+// element (extra candidates are harmless: the solver and the emit ignore x ≤ τ).
+__device__ __forceinline__ float candidate_threshold(float m) { return m - 1.0f - 1e-4f * fmaxf(1.0f, fabsf(m)); }
+
+template <int kHeadDim, typename T>
+__global__ void __launch_bounds__(kThreads, 1) route_fast_kernel(RouteArgs a) {
+  using C = Config<kHeadDim>;
+  using S = FastSmem<kHeadDim>;
+  constexpr int kRows = C::kRows, kMT = C::kMTiles, kKS = C::kKSteps, kCap = kFastListCap;
+  constexpr int kWarpRows = kMT * 16;
+  constexpr int kVecPerRow = kHeadDim / 8;
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int stages = a.stages;
+  uint16_t* stage_buf = reinterpret_cast<uint16_t*>(smem);
+  float* list_val = reinterpret_cast<float*>(smem + stages * S::kStageBytes);
+  uint16_t* list_id = reinterpret_cast<uint16_t*>(smem + stages * S::kStageBytes + S::kValBytes);
+  int* col_count = reinterpret_cast<int*>(smem + stages * S::kStageBytes + S::kValBytes + S::kIdBytes);
+  int* row_limit = col_count + kRows;
+  float* row_tau = reinterpret_cast<float*>(row_limit + kRows);
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int grp = lane >> 2, quad = lane & 3;
+  const int g = a.group;
+  const int r = blockIdx.y;
+  const int64_t seq = blockIdx.z;
+  const SequenceSpan sp = device_sequence_span(a.batch, seq);
+  const int64_t tok0 = static_cast<int64_t>(blockIdx.x) * a.tokens_per_block;
+  const int64_t owned_rows = a.batch.cu_seqlens_q != nullptr ? sp.n_q : a.batch.padded_n_q;
+  if (tok0 >= owned_rows) return;
+  const int tokens =
+      static_cast<int>(owned_rows - tok0 < a.tokens_per_block ? owned_rows - tok0 : int64_t(a.tokens_per_block));
+  const int rows_used = tokens * g;
+
+  for (int rho = tid; rho < kRows; rho += kThreads) {
+    int lim = 0;
+    if (rho < rows_used) {
+      const int64_t i = tok0 + rho / g;
+      if (i < sp.n_q) lim = static_cast<int>(diagonal_chunk(query_position(i, sp.n_q, sp.n_k), a.chunk));
+    }
+    row_limit[rho] = lim;
+    col_count[rho] = 0;
+  }
+  const int64_t last_real = (tok0 + tokens < sp.n_q ? tok0 + tokens : sp.n_q) - 1;
+  const int64_t cmax64 =
+      last_real >= tok0 ? diagonal_chunk(query_position(last_real, sp.n_q, sp.n_k), a.chunk) : 0;
+  const int cmax = static_cast<int>(cmax64 < kMaxListChunk + 1 ? cmax64 : kMaxListChunk + 1);
+  const int ntiles = (cmax + kStageChunks - 1) / kStageChunks;
+  // Split block: all warps take rows 0..kWarpRows−1, warp w the sub-tile w of every tile.
+  const bool split = rows_used <= kWarpRows;
+  const int row_base = split ? 0 : warp * kWarpRows;
+  const int col_base = warp * kWarpRows;  // this warp's list columns
+
+  uint32_t qf[kMT][kKS][4];
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int rho = row_base + mt * 16 + grp + 8 * h;
+      const bool valid = rho < rows_used && tok0 + rho / g < sp.n_q;
+      const T* qrow = valid ? a.q.ptr<T>(sp.batch_index, sp.q_begin + tok0 + rho / g, int64_t(r) * g + rho % g, 0)
+                            : nullptr;
+#pragma unroll
+      for (int ks = 0; ks < kKS; ++ks) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int e = ks * 16 + half * 8 + quad * 2;
+          qf[mt][ks][h + 2 * half] = valid ? pack2(qrow[e], qrow[e + 1]) : 0u;
+        }
+      }
+    }
+  }
+  __syncthreads();
+  int lim[kMT][2];
+  bool mt_active[kMT];
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) lim[mt][h] = row_limit[row_base + mt * 16 + grp + 8 * h];
+    mt_active[mt] = __any_sync(0xffffffffu, lim[mt][0] > 0 || lim[mt][1] > 0);
+  }
+
+  auto load_tile = [&](int tl) {
+    const int c0 = tl * kStageChunks;
+    uint16_t* dst = stage_buf + size_t(tl % stages) * (S::kStageBytes / 2);
+    const T* base = a.summaries.ptr<T>(seq, 0, r, 0);
+    for (int v = tid; v < kStageChunks * kVecPerRow; v += kThreads) {
+      const int row = v / kVecPerRow, col = (v % kVecPerRow) * 8;
+      const bool in = c0 + row < cmax;
+      cp_async_16(dst + row * C::kTileStride + col, in ? a.summaries.ptr<T>(seq, c0 + row, r, col) : base,
+                  in ? 16 : 0);
+    }
+  };
+
+  // ---- The sweep: running maxima and candidate lists ----
+  float mrun[kMT][2], th[kMT][2];
+  int cnt[kMT][2];  // > kCap: the row overflowed
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      mrun[mt][h] = -INFINITY;
+      th[mt][h] = -INFINITY;
+      cnt[mt][h] = 0;
+    }
+  const unsigned qmask = 0xfu << (lane & ~3);
+  int overflow = cmax > kMaxListChunk;  // block-uniform
+  if (!overflow) {
+    for (int s = 0; s + 1 < stages; ++s) {
+      if (s < ntiles) load_tile(s);
+      cp_async_commit();
+    }
+  }
+  for (int tl = 0; tl < ntiles && !overflow; ++tl) {
+    cp_async_wait(stages - 2);
+    __syncthreads();  // tile tl visible to all; buffer (tl − 1) % stages free
+    if (tl + stages - 1 < ntiles) load_tile(tl + stages - 1);
+    cp_async_commit();
+    const uint16_t* tile = stage_buf + size_t(tl % stages) * (S::kStageBytes / 2);
+#pragma unroll 1
+    for (int sub = split ? warp : 0; sub < kSubTiles; sub += split ? kSubTiles : 1) {
+      const int c0 = tl * kStageChunks + sub * kSubChunks;
+      if (c0 >= cmax) break;
+      float acc[kMT][2][4];
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int n = 0; n < 2; ++n)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) acc[mt][n][i] = 0.0f;
+      const uint16_t* brow =
+          tile + (sub * kSubChunks + ((lane >> 4) << 3) + (lane & 7)) * C::kTileStride + ((lane >> 3) & 1) * 8;
+#pragma unroll
+      for (int ks = 0; ks < kKS; ++ks) {
+        uint32_t b4[4];
+        ldmatrix_x4(b4, brow + ks * 16);
+        const uint32_t b0[2] = {b4[0], b4[1]}, b1[2] = {b4[2], b4[3]};
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+          if (mt_active[mt]) {
+            mma_m16n8k16<T>(acc[mt][0], qf[mt][ks], b0);
+            mma_m16n8k16<T>(acc[mt][1], qf[mt][ks], b1);
+          }
+        }
+      }
+      // Element (mt, n, i): row half h = i / 2, chunk c0 + n·8 + 2·quad + (i & 1).
+      float lm[kMT][2];
+      bool rise = false;
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          lm[mt][h] = -INFINITY;
+#pragma unroll
+          for (int n = 0; n < 2; ++n)
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+              acc[mt][n][2 * h + j] *= a.x_scale;
+              if (c0 + n * 8 + quad * 2 + j < lim[mt][h]) lm[mt][h] = fmaxf(lm[mt][h], acc[mt][n][2 * h + j]);
+            }
+          rise = rise || lm[mt][h] > mrun[mt][h];
+        }
+      if (__any_sync(0xffffffffu, rise)) {
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            float m = fmaxf(lm[mt][h], __shfl_xor_sync(0xffffffffu, lm[mt][h], 1));
+            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+            if (m > mrun[mt][h]) {
+              mrun[mt][h] = m;
+              th[mt][h] = candidate_threshold(m);
+            }
+          }
+      }
+      uint32_t lb[kMT][2];
+      bool any_cand = false;
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          lb[mt][h] = 0u;
+#pragma unroll
+          for (int n = 0; n < 2; ++n)
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+              const int col = n * 8 + quad * 2 + j;
+              if (c0 + col < lim[mt][h] && acc[mt][n][2 * h + j] > th[mt][h]) lb[mt][h] |= 1u << col;
+            }
+          any_cand = any_cand || lb[mt][h] != 0u;
+        }
+      if (__any_sync(0xffffffffu, any_cand)) {
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            uint32_t bits = lb[mt][h];
+            bits |= __shfl_xor_sync(0xffffffffu, bits, 1);
+            bits |= __shfl_xor_sync(0xffffffffu, bits, 2);
+            if (bits == 0u || cnt[mt][h] > kCap) continue;  // quad-uniform
+            const int add = __popc(bits);
+            const int col_idx = col_base + mt * 16 + grp + 8 * h;
+            if (cnt[mt][h] + add > kCap) {
+              cnt[mt][h] = compact_column<kRows>(list_val, list_id, col_idx, cnt[mt][h], th[mt][h], quad == 0, qmask,
+                                                 lane & ~3);
+              if (cnt[mt][h] + add > kCap) {
+                cnt[mt][h] = kCap + 1;
+                continue;
+              }
+            }
+#pragma unroll
+            for (int n = 0; n < 2; ++n)
+#pragma unroll
+              for (int j = 0; j < 2; ++j) {
+                const int col = n * 8 + quad * 2 + j;
+                if (bits & (1u << col)) {
+                  const int slot = cnt[mt][h] + __popc(bits & ((1u << col) - 1u));
+                  list_val[slot * kRows + col_idx] = acc[mt][n][2 * h + j];
+                  list_id[slot * kRows + col_idx] = static_cast<uint16_t>(c0 + col);
+                }
+              }
+            cnt[mt][h] += add;
+          }
+      }
+    }
+    int row_overflow = 0;
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) row_overflow |= cnt[mt][h] > kCap;
+    overflow = __syncthreads_or(row_overflow);
+  }
+  cp_async_wait(0);
+
+  if (overflow) {
+    // The multi-pass kernel redoes this block; the mark goes to every row so that the first one carries it.
+    for (int rho = tid; rho < rows_used; rho += kThreads) {
+      *a.tau.ptr<float>(sp.batch_index, int64_t(r) * g + rho % g, sp.q_begin + tok0 + rho / g) =
+          __uint_as_float(kHandOverTauBits);
+    }
+    return;
+  }
+  if (quad == 0) {
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) col_count[col_base + mt * 16 + grp + 8 * h] = cnt[mt][h];
+  }
+  __syncthreads();
+
+  // ---- Exact τ per row from its list (segments in warp order for a split block) ----
+  const int segments = split ? kWarps : 1;
+  for (int rho = tid; rho < rows_used; rho += kThreads) {
+    float tau = NAN;
+    if (row_limit[rho] > 0) {
+      int ends[kWarps] = {};
+      int n = 0;
+#pragma unroll
+      for (int s = 0; s < kWarps; ++s) {
+        if (s < segments) n += col_count[s * kWarpRows + rho];
+        ends[s] = n;
+      }
+      const SegmentedList<kRows> list{list_val, rho, kWarpRows, ends[0], ends[1], ends[2]};
+      tau = static_cast<float>(entmax_threshold(list, n, a.alpha, a.solver).tau);
+    }
+    row_tau[rho] = tau;
+  }
+  __syncthreads();
+
+  // ---- Emit: one warp per token, driven by the candidates (only they can carry weight) ----
+  // Per token, the idle tile buffers hold the group weights of a window of chunks plus that window's mask words;
+  // only the entries of candidate chunks are ever touched.
+  // 33 words per 32 chunks: the weights plus one mask word.
+  const int window_cap = static_cast<int>(size_t(stages) * S::kStageBytes / size_t(tokens) / 4 / 33) * 32;
+  const int scored = (cmax + 31) / 32 * 32;
+  const int window = scored < window_cap ? scored : window_cap;
+  const float alpha_f = a.alpha;
+  for (int t = warp; t < tokens; t += kWarps) {
+    const int64_t i = tok0 + t;
+    const bool real = i < sp.n_q;
+    const int64_t diag = real ? diagonal_chunk(query_position(i, sp.n_q, sp.n_k), a.chunk) : -1;
+    uint32_t* mask_row = a.mask.ptr<uint32_t>(sp.batch_index, r, sp.q_begin + i, 0);
+    auto write_word = [&](int64_t word, uint32_t bits) {
+      if (!real) bits = 0u;
+      else if ((diag >> 5) == word) bits |= 1u << (diag & 31);
+      mask_row[word] = bits;
+    };
+    float* wacc = reinterpret_cast<float*>(smem) + size_t(t) * (window + window / 32);
+    uint32_t* wbits = reinterpret_cast<uint32_t*>(wacc + window);
+    // fn(head row, chunk, x) for every list entry of the token inside the window, heads in order (a head's entries
+    // are distinct chunks, so its lanes never collide; __syncwarp orders the heads).
+    auto for_each_candidate = [&](int c_lo, auto&& fn) {
+      for (int h = 0; h < g; ++h) {
+        const int rho = t * g + h;
+        for (int s = 0; s < segments; ++s) {
+          const int col = s * kWarpRows + rho;
+          const int n = col_count[col];
+          for (int e = lane; e < n; e += 32) {
+            const int c = list_id[e * kRows + col] - c_lo;
+            if (c >= 0 && c < window) fn(rho, c, list_val[e * kRows + col]);
+          }
+        }
+        __syncwarp();
+      }
+    };
+    float log_sum = 0.0f;
+    int routed = 0;
+    for (int c_lo = 0; c_lo < scored; c_lo += window) {
+      for (int k = lane; k < window / 32; k += 32) wbits[k] = 0u;
+      for_each_candidate(c_lo, [&](int, int c, float) { wacc[c] = 0.0f; });
+      // Σ_h weight in head order from 0, as group_weight sums it.
+      for_each_candidate(c_lo, [&](int rho, int c, float x) { wacc[c] += entmax_weight(x, row_tau[rho], alpha_f); });
+      // Each chunk once (the first head that lists it marks it taken with −1): bit = w > 0, Σ log w, count.
+      for_each_candidate(c_lo, [&](int, int c, float) {
+        const float sum = wacc[c];
+        if (sum >= 0.0f) {
+          wacc[c] = -1.0f;
+          const float w = sum / static_cast<float>(g);
+          if (w > 0.0f) {
+            log_sum += logf(w);
+            ++routed;
+            atomicOr(&wbits[c >> 5], 1u << (c & 31));
+          }
+        }
+      });
+      const int words_here = ((c_lo + window < scored ? c_lo + window : scored) - c_lo) / 32;
+      for (int k = lane; k < words_here; k += 32) write_word(c_lo / 32 + k, wbits[k]);
+      __syncwarp();
+    }
+    for (int64_t word = scored / 32 + lane; word < a.mask_words; word += 32) write_word(word, 0u);
+#pragma unroll
+    for (int off = 16; off >= 1; off >>= 1) {
+      log_sum += __shfl_xor_sync(0xffffffffu, log_sum, off);
+      routed += __shfl_xor_sync(0xffffffffu, routed, off);
+    }
+    if (lane == 0) {
+      *a.mu.ptr<float>(sp.batch_index, r, sp.q_begin + i) =
+          (real && routed > 0) ? log_sum / static_cast<float>(routed) : 0.0f;
+      if (a.active.defined()) *a.active.ptr<int32_t>(sp.batch_index, r, sp.q_begin + i) = real ? routed + 1 : 0;
+    }
+  }
+  for (int rho = tid; rho < rows_used; rho += kThreads) {
+    const int64_t i = tok0 + rho / g;
+    *a.tau.ptr<float>(sp.batch_index, int64_t(r) * g + rho % g, sp.q_begin + i) = i < sp.n_q ? row_tau[rho] : NAN;
+  }
+}
+
+}  // namespace route_detail
+}  // namespace cuda
+}  // namespace dashattn
