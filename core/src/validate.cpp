@@ -108,6 +108,7 @@ struct Inputs {
 // Validates the batch layout against q/k and returns the derived sizes.
 void check_batch(const BatchLayout& b, const TensorView& q, const TensorView& k, bool host_visible, ProblemShape* s) {
   if (b.is_varlen()) {
+    if (!b.cu_seqlens_q) throw InvalidArgument("cu_seqlens_q", "non-null together with cu_seqlens_k", "null");
     if (!b.cu_seqlens_k) throw InvalidArgument("cu_seqlens_k", "non-null together with cu_seqlens_q", "null");
     if (b.seqlens_q || b.seqlens_k) {
       throw InvalidArgument("seqlens_q/seqlens_k", "null with a packed varlen batch (cu_seqlens)", "non-null");
@@ -389,7 +390,8 @@ ProblemShape route_shape(const RouteParams& p) {
   }
   s.group = s.h_q / s.h_kv;
   if (varlen) {
-    if (!p.batch.cu_seqlens_k || p.batch.num_seqs < 1 || p.batch.max_seqlen_q < 1 || p.batch.max_seqlen_k < 1) {
+    if (!p.batch.cu_seqlens_q || !p.batch.cu_seqlens_k || p.batch.num_seqs < 1 || p.batch.max_seqlen_q < 1 ||
+        p.batch.max_seqlen_k < 1) {
       throw InvalidArgument("batch", "cu_seqlens_q/k, num_seqs, max_seqlen_q/k all set for a varlen batch", "an incomplete varlen layout");
     }
     s.batch = p.batch.num_seqs;

@@ -40,7 +40,8 @@ struct BatchLayout {
   const int32_t* seqlens_q = nullptr;
   const int32_t* seqlens_k = nullptr;
 
-  bool is_varlen() const { return cu_seqlens_q != nullptr; }
+  // Either prefix-sum array marks a packed batch: Stage 0 needs only cu_seqlens_k, the other stages both.
+  bool is_varlen() const { return cu_seqlens_q != nullptr || cu_seqlens_k != nullptr; }
 };
 
 // Stage-1 results consumed by Stage 2: the bit-packed mask plus the compact numbers the bias is rebuilt from.
