@@ -5,6 +5,7 @@
 // scalar float64 reference stays within a minute on two cores. Unavailable backends are reported, not counted.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -157,6 +158,9 @@ TEST_CASE("every available backend matches the float64 reference") {
   for (Backend* be : backends) {
     int passed = 0, failed = 0, unsupported = 0;
     int64_t tie_flips = 0, near_tie_flips = 0, ties_seen = 0;
+    // Bias budget per γ value: largest Δ, largest lse allowance, rows widened and rows that needed it.
+    double gamma_delta[4] = {}, gamma_lse_allowance[4] = {};
+    int64_t gamma_widened[4] = {}, gamma_needed[4] = {}, gamma_rows[4] = {};
     const std::string name = be->name();
     for (size_t idx = 0; idx < grid.size(); ++idx) {
       const Combo& c = grid[idx];
@@ -179,6 +183,12 @@ TEST_CASE("every available backend matches the float64 reference") {
       tie_flips += rep.tie_flips;
       near_tie_flips += rep.near_tie_flips;
       ties_seen += rep.ties_seen;
+      const size_t gi = c.pick[9];
+      gamma_delta[gi] = std::max(gamma_delta[gi], rep.max_budget);
+      gamma_lse_allowance[gi] = std::max(gamma_lse_allowance[gi], rep.lse.max_allowance);
+      gamma_widened[gi] += rep.widened_rows;
+      gamma_needed[gi] += rep.budget_needed_rows;
+      gamma_rows[gi] += rep.rows;
       for (const std::string& t : rep.tie_lines) MESSAGE(name << " combo " << idx << " flip, excluded: " << t);
       std::string failures;
       for (const std::string& f : rep.failures) failures += "\n  " + f;
@@ -209,6 +219,10 @@ TEST_CASE("every available backend matches the float64 reference") {
     MESSAGE(name << ": " << passed << " passed, " << failed << " failed, " << unsupported << " unsupported (skipped); "
                  << tie_flips << " tie flips of " << ties_seen << " ties, " << near_tie_flips
                  << " flips within float rounding of x");
+    for (size_t gi = 0; gi < kGammas.size(); ++gi)
+      MESSAGE(name << " gamma " << kGammas[gi] << ": bias budget Δ up to " << gamma_delta[gi]
+                   << ", lse allowance up to " << gamma_lse_allowance[gi] << ", " << gamma_widened[gi] << " of "
+                   << gamma_rows[gi] << " rows widened, " << gamma_needed[gi] << " rows needed it");
     CHECK(passed > 0);
   }
 }
@@ -268,10 +282,104 @@ TEST_CASE("the conformance check rejects wrong outputs") {
     store_from_float(bad.summaries.bytes.data() + at * 2, DType::kBF16, v + 0.02f);
     CHECK_FALSE(ref::check_forward(pr, method, bad).pass());
   }
-  SUBCASE("an lse off by 1e-3") {
+  SUBCASE("an lse off by 1e-3 beyond its bias budget") {
+    // σ = 1 couples every routed chunk's bias to μ, so this row's lse may legitimately move by its allowance
+    // (about 1e-3 here); rows without budget are shown to catch a bare 1e-3 in the test below.
+    const ref::Sequence seq = pr.sequence(0);
+    const ref::Method m = ref::Method::from(method);
+    const ref::Routing rt = ref::route(seq, ref::checked_summaries(pr, method, run.out, 0), m,
+                                       run.out.mask.view.shape[3]);
+    const ref::Allowance allow = ref::bias_allowance(seq, rt, m, ref::bias_budget(rt, m, seq.d));
     ref::ForwardOutputs bad = run.out;
     float* lse = static_cast<float*>(bad.lse.view.data);
-    lse[bad.lse.view.offset(0, 3, 250)] += 1e-3f;
+    lse[bad.lse.view.offset(0, 3, 250)] += static_cast<float>(1e-3 + allow.lse[250 * seq.h_q + 3]);
+    CHECK_FALSE(ref::check_forward(pr, method, bad).pass());
+  }
+}
+
+// Where the bias budget widens the check (γ = 1e4, raw prior: log w near the threshold), it still rejects a
+// wrong bias and any error beyond an element's own allowance, and rows without budget stay as strict as before.
+TEST_CASE("the conformance check rejects wrong outputs where the bias budget applies") {
+  const std::vector<Backend*> backends = ref::available_backends();
+  REQUIRE(!backends.empty());
+  Backend& be = *backends.front();
+  ref::ProblemSpec spec;
+  spec.n_q = spec.n_k = 400;
+  spec.h_q = 16;
+  spec.h_kv = 2;
+  spec.d = 64;
+  spec.dtype = DType::kF32;
+  spec.seed = 7;
+  const ref::Problem pr = ref::make_problem(spec);
+  MethodParams method;
+  method.chunk_size = 16;
+  method.gamma = 1e4f;
+  method.prior = PriorMode::kRaw;
+  ref::RunOptions opt;
+  opt.out_dtype = DType::kF32;
+  const ref::RunResult run = ref::run_forward(be, pr, method, opt);
+  REQUIRE_FALSE(run.unsupported);
+  const ref::CheckReport good = ref::check_forward(pr, method, run.out);
+  REQUIRE_MESSAGE(good.pass(), good.summary());
+  MESSAGE(good.summary());
+
+  // The allowances the check grants, element by element.
+  const ref::Sequence seq = pr.sequence(0);
+  const ref::Method m = ref::Method::from(method);
+  const int64_t words = run.out.mask.view.shape[3];
+  const ref::Routing rt = ref::route(seq, ref::checked_summaries(pr, method, run.out, 0), m, words);
+  const ref::BiasBudget budget = ref::bias_budget(rt, m, seq.d);
+  const ref::Allowance allow = ref::bias_allowance(seq, rt, m, budget);
+  REQUIRE(budget.max_delta() > 1e-3);  // the budget is in play here, or this case proves nothing
+  size_t widest = 0, narrowest = 0;
+  for (size_t k = 0; k < allow.lse.size(); ++k) {
+    if (allow.lse[k] > allow.lse[widest]) widest = k;
+    if (rt.diagonal[k / seq.h_q] > 1 && allow.lse[k] < allow.lse[narrowest]) narrowest = k;
+  }
+  REQUIRE(allow.lse[widest] > 1e-4);
+  REQUIRE(allow.lse[narrowest] < 1e-5);
+  auto lse_at = [](ref::ForwardOutputs& o, size_t k, int64_t h_q) -> float& {
+    return static_cast<float*>(o.lse.view.data)[o.lse.view.offset(0, static_cast<int64_t>(k) % h_q,
+                                                                  static_cast<int64_t>(k) / h_q)];
+  };
+  // A shift that adds to the element's existing error, so the error grows by all of it.
+  const ref::Attention want = ref::attend(seq, rt, m);
+  auto away = [](double got, double reference, double shift) { return got >= reference ? shift : -shift; };
+
+  SUBCASE("the bias with the wrong sign") {
+    ref::Routing flipped = rt;  // raw bias log w becomes −log w
+    for (double& w : flipped.weight)
+      if (w > 0.0) w = 1.0 / w;
+    const ref::Attention a = ref::attend(seq, flipped, m);
+    ref::ForwardOutputs bad = run.out;
+    for (int64_t i = 0; i < seq.n_q; ++i)
+      for (int64_t h = 0; h < seq.h_q; ++h) {
+        lse_at(bad, i * seq.h_q + h, seq.h_q) = static_cast<float>(a.lse[i * seq.h_q + h]);
+        for (int64_t e = 0; e < seq.d; ++e)
+          static_cast<float*>(bad.o.view.data)[bad.o.view.offset(0, i, h, e)] =
+              static_cast<float>(a.o[(i * seq.h_q + h) * seq.d + e]);
+      }
+    CHECK_FALSE(ref::check_forward(pr, method, bad).pass());
+  }
+  SUBCASE("the most widened lse off by twice its allowance plus the strict bound") {
+    ref::ForwardOutputs bad = run.out;
+    const double shift = 2.0 * allow.lse[widest] + good.lse.strict_bound();
+    float& l = lse_at(bad, widest, seq.h_q);
+    l += static_cast<float>(away(l, want.lse[widest], shift));
+    CHECK_FALSE(ref::check_forward(pr, method, bad).pass());
+  }
+  SUBCASE("an lse without budget off by 1e-3") {
+    ref::ForwardOutputs bad = run.out;
+    float& l = lse_at(bad, narrowest, seq.h_q);
+    l += static_cast<float>(away(l, want.lse[narrowest], 1e-3));
+    CHECK_FALSE(ref::check_forward(pr, method, bad).pass());
+  }
+  SUBCASE("an o element of the most widened row off by twice its allowance plus the strict bound") {
+    ref::ForwardOutputs bad = run.out;
+    const int64_t i = static_cast<int64_t>(widest) / seq.h_q, h = static_cast<int64_t>(widest) % seq.h_q;
+    const double shift = 2.0 * allow.o[widest * seq.d + 5] + good.o.strict_bound();
+    float& o = static_cast<float*>(bad.o.view.data)[bad.o.view.offset(0, i, h, 5)];
+    o += static_cast<float>(away(o, want.o[widest * seq.d + 5], shift));
     CHECK_FALSE(ref::check_forward(pr, method, bad).pass());
   }
 }

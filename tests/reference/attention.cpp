@@ -185,6 +185,51 @@ Attention dense_causal(const Sequence& s, double scale) {
   return a;
 }
 
+Allowance bias_allowance(const Sequence& s, const Routing& rt, const Method& m, const BiasBudget& budget) {
+  Allowance a;
+  a.o.assign(s.n_q * s.h_q * s.d, 0.0);
+  a.lse.assign(s.n_q * s.h_q, 0.0);
+  const double scale = m.resolved_scale(s.d);
+  const int64_t d = s.d;
+  for (int64_t i = 0; i < s.n_q; ++i) {
+    for (int64_t h = 0; h < s.h_q; ++h) {
+      const int64_t r = h / s.group();
+      if (budget.delta(i, r) == 0.0) continue;
+      const std::vector<KeyBias> keys = attended_keys(s, rt, m, i, r);
+      // The float64 softmax of the row and each key's interval of e^{d'−d}.
+      std::vector<double> prob(keys.size()), ratio_lo(keys.size(), 1.0), ratio_hi(keys.size(), 1.0);
+      double max_logit = kNegInf;
+      for (size_t t = 0; t < keys.size(); ++t) {
+        prob[t] = scale * dot(s.q_row(i, h), s.k_row(keys[t].j, r), d) + keys[t].bias;
+        max_logit = std::max(max_logit, prob[t]);
+        const int64_t c = keys[t].j / m.chunk;
+        if (c < rt.diagonal[i]) {
+          ratio_lo[t] = std::exp(budget.lo[budget.at(i, r, c)]);
+          ratio_hi[t] = std::exp(budget.hi[budget.at(i, r, c)]);
+        }
+      }
+      double norm = 0.0;
+      for (double& l : prob) norm += (l = std::exp(l - max_logit));
+      double sum_lo = 0.0, sum_hi = 0.0;  // bounds of Σ p·e^{d'−d}, the factor the normalizer moves by
+      for (size_t t = 0; t < keys.size(); ++t) {
+        prob[t] /= norm;
+        sum_lo += prob[t] * ratio_lo[t];
+        sum_hi += prob[t] * ratio_hi[t];
+      }
+      a.lse[i * s.h_q + h] = std::max(std::log(sum_hi), -std::log(sum_lo));
+      // p'_j / p_j = e^{d'_j−d_j} / Σ p·e^{d'−d} lies in [ratio_lo/sum_hi, ratio_hi/sum_lo].
+      double* o = &a.o[(i * s.h_q + h) * d];
+      for (size_t t = 0; t < keys.size(); ++t) {
+        const double moved = prob[t] * std::max(ratio_hi[t] / sum_lo - 1.0, 1.0 - ratio_lo[t] / sum_hi);
+        if (moved == 0.0) continue;
+        const double* v = s.v_row(keys[t].j, r);
+        for (int64_t e = 0; e < d; ++e) o[e] += moved * std::fabs(v[e]);
+      }
+    }
+  }
+  return a;
+}
+
 Attention attend_same_precision(const Sequence& s, const Routing& rt, const Routing& bias_rt, const Method& m,
                                 DType in_dtype, DType out_dtype) {
   Attention a = empty_attention(s);

@@ -1,5 +1,6 @@
 #include "reference/checks.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -98,8 +99,24 @@ RunResult run_forward(Backend& backend, const Problem& pr, const MethodParams& m
 std::string CheckReport::summary() const {
   std::ostringstream os;
   os << rows << " rows, " << tie_rows << " tie rows (" << tie_flips << " tie flips of " << ties_seen
-     << " ties, " << near_tie_flips << " flips within float rounding of x); o " << o.describe() << "; lse " << lse.describe();
+     << " ties, " << near_tie_flips << " flips within float rounding of x); bias budget: Δ up to " << max_budget
+     << ", lse allowance up to " << lse.max_allowance << ", " << widened_rows << " rows widened, "
+     << budget_needed_rows << " rows needed it; o " << o.describe() << "; lse "
+     << lse.describe();
   return os.str();
+}
+
+std::vector<double> checked_summaries(const Problem& pr, const MethodParams& method, const ForwardOutputs& out,
+                                      int64_t s) {
+  const Sequence seq = pr.sequence(s);
+  const Method m = Method::from(method);
+  std::vector<double> summaries = summarize(seq, m);
+  if (out.summaries.view.defined())
+    for (int64_t c = 0; c < seq.n_k / m.chunk; ++c)
+      for (int64_t r = 0; r < seq.h_kv; ++r)
+        for (int64_t e = 0; e < seq.d; ++e)
+          summaries[(c * seq.h_kv + r) * seq.d + e] = load_element(out.summaries.view, s, c, r, e);
+  return summaries;
 }
 
 CheckReport check_forward(const Problem& pr, const MethodParams& method, const ForwardOutputs& out,
@@ -113,6 +130,11 @@ CheckReport check_forward(const Problem& pr, const MethodParams& method, const F
     else if (static_cast<int>(rep.failures.size()) == opt.max_failure_lines) rep.failures.push_back("...");
   };
   std::vector<double> o_got, o_ref, o_naive, lse_got, lse_ref, lse_naive, dense_ref, dense_naive;
+  std::vector<double> o_allow, lse_allow;
+  std::vector<int64_t> o_row, lse_row;  // compared row of each element, for counting rows
+  int64_t row_id = 0;
+  const double o_atol = default_atol(out.out_dtype), lse_atol = 1e-4;
+  std::vector<char> widened;
   int64_t summary_mismatches = 0;
 
   for (int64_t s = 0; s < pr.num_sequences(); ++s) {
@@ -212,20 +234,29 @@ CheckReport check_forward(const Problem& pr, const MethodParams& method, const F
     const Attention want = attend(seq, rt, m);
     const Routing float_rt = route_same_precision(seq, summaries, m, words);
     const Attention naive = attend_same_precision(seq, rt, float_rt, m, dtype, out.out_dtype);
+    const BiasBudget budget = bias_budget(rt, m, seq.d);
+    const Allowance allow = bias_allowance(seq, rt, m, budget);
     Attention dense, dense_np;
     if (opt.dense_too) {
       dense = dense_causal(seq, m.resolved_scale(seq.d));
       dense_np = dense_causal_same_precision(seq, m.resolved_scale(seq.d), dtype, out.out_dtype);
     }
     for (int64_t i = 0; i < seq.n_q; ++i) {
+      for (int64_t r = 0; r < seq.h_kv; ++r)
+        if (!excluded[i * seq.h_kv + r]) rep.max_budget = std::max(rep.max_budget, budget.delta(i, r));
       for (int64_t h = 0; h < seq.h_q; ++h) {
-        if (excluded[i * seq.h_kv + h / seq.group()]) continue;
-        const int64_t row = sp.q_begin + i;
+        const int64_t r = h / seq.group();
+        if (excluded[i * seq.h_kv + r]) continue;
+        const int64_t row = sp.q_begin + i, id = row_id + r;
+        if (static_cast<int64_t>(widened.size()) <= id) widened.resize(id + 1, 0);
         for (int64_t e = 0; e < seq.d; ++e) {
           const size_t at = (i * seq.h_q + h) * seq.d + e;
           o_got.push_back(load_element(out.o.view, sp.batch_index, row, h, e));
           o_ref.push_back(want.o[at]);
           o_naive.push_back(naive.o[at]);
+          o_allow.push_back(allow.o[at]);
+          o_row.push_back(id);
+          if (allow.o[at] > o_atol) widened[id] = 1;
           if (opt.dense_too) {
             dense_ref.push_back(dense.o[at]);
             dense_naive.push_back(dense_np.o[at]);
@@ -235,9 +266,13 @@ CheckReport check_forward(const Problem& pr, const MethodParams& method, const F
           lse_got.push_back(read3<float>(out.lse.view, sp.batch_index, h, row));
           lse_ref.push_back(want.lse[i * seq.h_q + h]);
           lse_naive.push_back(naive.lse[i * seq.h_q + h]);
+          lse_allow.push_back(allow.lse[i * seq.h_q + h]);
+          lse_row.push_back(id);
+          if (allow.lse[i * seq.h_q + h] > lse_atol) widened[id] = 1;
         }
       }
       rep.rows += seq.h_kv;
+      row_id += seq.h_kv;
     }
 
     // Padding rows of a padded batch: zeros, −inf, empty mask.
@@ -262,11 +297,24 @@ CheckReport check_forward(const Problem& pr, const MethodParams& method, const F
   }
   if (summary_mismatches > 0) fail("summaries: " + std::to_string(summary_mismatches) + " elements differ");
 
-  rep.o = check_tolerance(o_got, o_ref, o_naive, default_atol(out.out_dtype));
+  rep.o = check_tolerance(o_got, o_ref, o_naive, o_atol, o_allow);
   if (!rep.o.pass()) fail("o: " + rep.o.describe());
   if (!lse_got.empty()) {
-    rep.lse = check_tolerance(lse_got, lse_ref, lse_naive, 1e-4);
+    rep.lse = check_tolerance(lse_got, lse_ref, lse_naive, lse_atol, lse_allow);
     if (!rep.lse.pass()) fail("lse: " + rep.lse.describe());
+  }
+  // Rows that the strict rule alone would fail: they pass (or not) only through their budget.
+  std::vector<char> needed(widened.size(), 0);
+  auto mark_needed = [&](const std::vector<double>& got, const std::vector<double>& ref,
+                         const std::vector<int64_t>& rows, double bound) {
+    for (size_t k = 0; k < got.size(); ++k)
+      if (std::fabs(got[k] - ref[k]) > bound) needed[rows[k]] = 1;
+  };
+  mark_needed(o_got, o_ref, o_row, rep.o.strict_bound());
+  if (!lse_got.empty()) mark_needed(lse_got, lse_ref, lse_row, rep.lse.strict_bound());
+  for (size_t k = 0; k < widened.size(); ++k) {
+    rep.widened_rows += widened[k];
+    rep.budget_needed_rows += needed[k];
   }
   if (opt.dense_too) {
     const ToleranceCheck d = check_tolerance(o_got, dense_ref, dense_naive, default_atol(out.out_dtype));

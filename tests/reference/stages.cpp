@@ -103,9 +103,94 @@ double Routing::float_x_error(int64_t i, int64_t h, int64_t d) const {
 
 namespace {
 
-// Stage 1 of the contract; with float_x the scores are accumulated in float as a float kernel does.
+// x = (α−1)·γ·⟨q, k̄⟩/sqrt(d) in float, its d terms summed in the given order. The inputs are exact in float
+// (they come from 16-bit or float tensors), so only the summation and the scaling round.
+float float_x_of(const double* q, const double* kbar, int64_t d, const Method& m, FloatSum order) {
+  const float gamma = static_cast<float>(m.gamma), inv_sqrt_d = static_cast<float>(1.0 / std::sqrt(double(d)));
+  const float alpha_1 = static_cast<float>(m.alpha - 1.0);
+  auto term = [&](int64_t e) { return static_cast<float>(q[e]) * static_cast<float>(kbar[e]); };
+  float acc = 0.0f;
+  switch (order) {
+    case FloatSum::kSequential:
+      for (int64_t e = 0; e < d; ++e) acc += term(e);
+      break;
+    case FloatSum::kReverse:
+      for (int64_t e = d - 1; e >= 0; --e) acc += term(e);
+      break;
+    case FloatSum::kLanes8: {
+      float lane[8] = {};
+      for (int64_t e = 0; e < d; ++e) lane[e % 8] += term(e);
+      for (int width = 4; width >= 1; width /= 2)
+        for (int l = 0; l < width; ++l) lane[l] += lane[l + width];
+      acc = lane[0];
+      break;
+    }
+    case FloatSum::kPairwise: {
+      std::vector<float> level(d);
+      for (int64_t e = 0; e < d; ++e) level[e] = term(e);
+      while (level.size() > 1) {
+        std::vector<float> next((level.size() + 1) / 2);
+        for (size_t l = 0; l < next.size(); ++l)
+          next[l] = 2 * l + 1 < level.size() ? level[2 * l] + level[2 * l + 1] : level[2 * l];
+        level.swap(next);
+      }
+      acc = d > 0 ? level[0] : 0.0f;
+      break;
+    }
+    case FloatSum::kFmaPrescaled: {
+      const float pre = alpha_1 * gamma * inv_sqrt_d;
+      for (int64_t e = 0; e < d; ++e)
+        acc = std::fma(static_cast<float>(q[e]) * pre, static_cast<float>(kbar[e]), acc);
+      return acc;
+    }
+  }
+  return alpha_1 * (acc * gamma * inv_sqrt_d);
+}
+
+// Thresholds, group weights, ties, masks, μ and active counts from rt.x (and rt.diagonal).
+void settle(Routing& rt, const Method& m) {
+  const int64_t nc = rt.num_complete, g = rt.h_q / rt.h_kv;
+  rt.tau.assign(rt.n_q * rt.h_q, std::numeric_limits<double>::quiet_NaN());
+  rt.weight.assign(rt.n_q * rt.h_kv * nc, 0.0);
+  rt.mu.assign(rt.n_q * rt.h_kv, 0.0);
+  rt.mask.assign(rt.h_kv * rt.n_q * rt.words, 0u);
+  rt.active.assign(rt.h_kv * rt.n_q, 0);
+  rt.ties.clear();
+  for (int64_t i = 0; i < rt.n_q; ++i) {
+    const int64_t ci = rt.diagonal[i];
+    for (int64_t h = 0; h < rt.h_q && ci > 0; ++h) {
+      const int64_t r = h / g;
+      const std::vector<double> x(rt.x.begin() + (i * rt.h_q + h) * nc, rt.x.begin() + (i * rt.h_q + h) * nc + ci);
+      const double tau = entmax_threshold_sorted(x, m.alpha);
+      rt.tau[i * rt.h_q + h] = tau;
+      const std::vector<double> w_head = entmax_weights(x, tau, m.alpha);
+      for (int64_t c = 0; c < ci; ++c) {
+        rt.weight[(i * rt.h_kv + r) * nc + c] += w_head[c] / double(g);
+        if (is_entmax_tie(x[c], tau)) rt.ties.push_back(Tie{i, h, c, std::fabs(x[c] - tau)});
+      }
+    }
+    for (int64_t r = 0; r < rt.h_kv; ++r) {
+      uint32_t* row = &rt.mask[(r * rt.n_q + i) * rt.words];
+      int64_t routed = 0;
+      double sum_log_w = 0.0;
+      for (int64_t c = 0; c < ci; ++c) {
+        const double w = rt.w(i, r, c);
+        if (w > 0.0) {
+          row[c / 32] |= 1u << (c % 32);
+          ++routed;
+          sum_log_w += std::log(w);
+        }
+      }
+      row[ci / 32] |= 1u << (ci % 32);
+      rt.mu[i * rt.h_kv + r] = routed > 0 ? sum_log_w / double(routed) : 0.0;
+      rt.active[r * rt.n_q + i] = static_cast<int32_t>(routed + 1);
+    }
+  }
+}
+
+// Stage 1 of the contract; with float_order the scores are accumulated in float as a float kernel does.
 Routing route_impl(const Sequence& s, const std::vector<double>& summaries, const Method& m, int64_t mask_words,
-                   bool float_x) {
+                   const FloatSum* float_order) {
   if (!(m.alpha > 1.0)) throw std::invalid_argument("alpha must be > 1");
   const int64_t C = m.chunk, d = s.d, g = s.group();
   Routing rt;
@@ -123,11 +208,6 @@ Routing route_impl(const Sequence& s, const std::vector<double>& summaries, cons
   rt.diagonal.resize(s.n_q);
   rt.x.assign(s.n_q * s.h_q * nc, 0.0);
   rt.x_abs.assign(s.n_q * s.h_q * nc, 0.0);
-  rt.tau.assign(s.n_q * s.h_q, std::numeric_limits<double>::quiet_NaN());
-  rt.weight.assign(s.n_q * s.h_kv * nc, 0.0);
-  rt.mu.assign(s.n_q * s.h_kv, 0.0);
-  rt.mask.assign(s.h_kv * s.n_q * rt.words, 0u);
-  rt.active.assign(s.h_kv * s.n_q, 0);
 
   const double inv_sqrt_d = 1.0 / std::sqrt(double(d));
   const double x_factor = (m.alpha - 1.0) * m.gamma * inv_sqrt_d;  // x = (α−1)·γ·⟨q, k̄⟩/sqrt(d)
@@ -136,61 +216,38 @@ Routing route_impl(const Sequence& s, const std::vector<double>& summaries, cons
     const int64_t ci = p / C;             // diagonal chunk; routable chunks are [0, ci)
     rt.diagonal[i] = ci;
     for (int64_t h = 0; h < s.h_q; ++h) {
-      if (ci == 0) break;
       const int64_t r = h / g;
-      std::vector<double> x(ci);
       for (int64_t c = 0; c < ci; ++c) {
         const double* kbar = &summaries[(c * s.h_kv + r) * d];
         double abs_sum = 0.0;
         for (int64_t e = 0; e < d; ++e) abs_sum += std::fabs(s.q_row(i, h)[e] * kbar[e]);
-        if (float_x) {
-          float acc = 0.0f;
-          for (int64_t e = 0; e < d; ++e) acc += static_cast<float>(s.q_row(i, h)[e]) * static_cast<float>(kbar[e]);
-          x[c] = static_cast<float>(m.alpha - 1.0) *
-                 (acc * static_cast<float>(m.gamma) * static_cast<float>(inv_sqrt_d));
-        } else {
-          x[c] = x_factor * dot(s.q_row(i, h), kbar, d);
-        }
-        rt.x[(i * s.h_q + h) * nc + c] = x[c];
+        rt.x[(i * s.h_q + h) * nc + c] =
+            float_order ? float_x_of(s.q_row(i, h), kbar, d, m, *float_order) : x_factor * dot(s.q_row(i, h), kbar, d);
         rt.x_abs[(i * s.h_q + h) * nc + c] = std::fabs(x_factor) * abs_sum;
       }
-      const double tau = entmax_threshold_sorted(x, m.alpha);
-      rt.tau[i * s.h_q + h] = tau;
-      const std::vector<double> w_head = entmax_weights(x, tau, m.alpha);
-      for (int64_t c = 0; c < ci; ++c) {
-        rt.weight[(i * s.h_kv + r) * nc + c] += w_head[c] / double(g);
-        if (is_entmax_tie(x[c], tau)) rt.ties.push_back(Tie{i, h, c, std::fabs(x[c] - tau)});
-      }
-    }
-    for (int64_t r = 0; r < s.h_kv; ++r) {
-      uint32_t* row = &rt.mask[(r * s.n_q + i) * rt.words];
-      int64_t routed = 0;
-      double sum_log_w = 0.0;
-      for (int64_t c = 0; c < ci; ++c) {
-        const double w = rt.w(i, r, c);
-        if (w > 0.0) {
-          row[c / 32] |= 1u << (c % 32);
-          ++routed;
-          sum_log_w += std::log(w);
-        }
-      }
-      row[ci / 32] |= 1u << (ci % 32);
-      rt.mu[i * s.h_kv + r] = routed > 0 ? sum_log_w / double(routed) : 0.0;
-      rt.active[r * s.n_q + i] = static_cast<int32_t>(routed + 1);
     }
   }
+  settle(rt, m);
   return rt;
 }
 
 }  // namespace
 
 Routing route(const Sequence& s, const std::vector<double>& summaries, const Method& m, int64_t mask_words) {
-  return route_impl(s, summaries, m, mask_words, false);
+  return route_impl(s, summaries, m, mask_words, nullptr);
 }
 
 Routing route_same_precision(const Sequence& s, const std::vector<double>& summaries, const Method& m,
-                             int64_t mask_words) {
-  return route_impl(s, summaries, m, mask_words, true);
+                             int64_t mask_words, FloatSum order) {
+  return route_impl(s, summaries, m, mask_words, &order);
+}
+
+Routing reroute(const Routing& rt, const std::vector<double>& x, const Method& m) {
+  if (x.size() != rt.x.size()) throw std::invalid_argument("reroute: x has the wrong size");
+  Routing out = rt;
+  out.x = x;
+  settle(out, m);
+  return out;
 }
 
 double prior_bias_of(const Routing& rt, const Method& m, int64_t i, int64_t r, int64_t c) {

@@ -6,6 +6,11 @@
 // on reported ties, and on chunks whose x is within the rounding a float kernel's dot product can carry (with a
 // huge γ that rounding exceeds the contract's 1e-6 tie band); such flips are counted and printed separately.
 // Rows (query, KV head) with a flip are left out of the o/lse comparison.
+//
+// o and lse are judged by the same-precision rule (reference.h, check_tolerance), each element widened by its
+// row's bias budget (BiasBudget, bias_allowance): near the entmax threshold the bias log w is ill-conditioned and
+// a float kernel summing x in another order than the naive run legitimately lands elsewhere. The budget is ~0
+// away from the threshold; the summary line says how many rows it widened and how many needed it.
 #pragma once
 
 #include <string>
@@ -46,6 +51,9 @@ struct CheckReport {
   int64_t near_tie_flips = 0;  // mask bits that differ within the float rounding of x (γ-amplified), not a tie
   int64_t ties_seen = 0;       // ties the reference reported (flipped or not)
   ToleranceCheck o, lse;
+  double max_budget = 0;         // largest row budget Δ (max |d' − d|) over the compared rows
+  int64_t widened_rows = 0;      // compared rows whose budget widens some o or lse element beyond the rule's atol
+  int64_t budget_needed_rows = 0;  // rows with an o or lse element beyond the strict bound, judged with the budget
   std::vector<std::string> failures;
   std::vector<std::string> tie_lines;
 
@@ -57,6 +65,12 @@ struct CheckOptions {
   bool dense_too = false;  // also compare o with dense causal attention (γ = 0 with prior none)
   int max_failure_lines = 12;
 };
+
+// The Stage-0 summaries check_forward routes sequence s from: the backend's where it wrote caller-owned ones,
+// the reference's otherwise. With route(), bias_budget() and bias_allowance() this gives a test the very
+// allowances the check grants.
+std::vector<double> checked_summaries(const Problem& problem, const MethodParams& method, const ForwardOutputs& out,
+                                      int64_t s);
 
 CheckReport check_forward(const Problem& problem, const MethodParams& method, const ForwardOutputs& out,
                           const CheckOptions& opt = {});
