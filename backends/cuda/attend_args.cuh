@@ -36,6 +36,7 @@ struct AttendArgs {
   int chunk = 64, log2_chunk = 6;
   float scale_log2 = 0.0f;  // softmax scale * log2(e)
   bool dense = false;       // every causally visible key attended (the dense baseline)
+  bool use_tma = false;     // sm_90 kernels: whole K/V tiles by tensor copy (the tensor maps are kernel params)
 
   // Split-KV (decode): split z of a row block takes the z-th equal share of the active tiles of its union and
   // writes an fp32 partial (normalized o and lse), merged by combine_splits_kernel. 1 writes o / lse directly.

@@ -7,9 +7,14 @@
 // warps. Every row keeps its own mask, so any g works.
 //
 // Union tiling. The CTA ORs the 64-key tile sets of its tokens into a shared-memory bitset; a producer warp walks
-// it ascending and streams each K/V tile once into a ring of kStages buffers (cp.async, completion signalled on a
-// per-stage "full" mbarrier). Consumer warps walk the same list independently: a warp whose rows attend none of a
-// tile's keys only releases the stage ("empty" mbarrier) and moves on, so with random per-token routing the
+// it ascending and streams each K/V tile once into a ring of kStages buffers. On sm_90 one lane issues tensor
+// copies (one 64 x 64 box per 128 columns of K and of V, 128-byte swizzle) that complete as transactions on the
+// stage's "full" mbarrier; elsewhere, and for the last partial tile of a sequence, the warp copies with cp.async.
+// A single warp issuing 16-byte cp.async copies was the limit of this kernel (about 2 us per 32 KB tile on an
+// H200, dense and sparse alike); the tensor copy takes that work off the warp. The producer warp then computes the
+// prior bias of every (token, chunk) pair of the tile that the token routed into a per-stage table, so the
+// consumers never stall on it. Consumer warps walk the same list independently: a warp whose rows attend none of
+// a tile's keys only releases the stage ("empty" mbarrier) and moves on, so with random per-token routing the
 // warps are not held in lock-step by the tiles other tokens chose. Rows that do not attend a key get -inf logits.
 // The diagonal chunk is simply the last tiles.
 //
@@ -18,20 +23,27 @@
 // combine_splits_kernel merges.
 #pragma once
 
+#include <cuda.h>
+
 #include <cstdint>
 
 #include "attend_args.cuh"
 #include "attend_combine.cuh"
 #include "attend_masks.cuh"
+#include "attend_wgmma.cuh"
 #include "mma_tiles.cuh"
 
 namespace dashattn::cuda {
 
-template <int kHeadDim_, typename Element_, int kWarps_, int kStages_>
+template <int kHeadDim_, typename Element_, int kWarps_, int kStages_, bool kWgmma_ = false>
 struct AttendConfig {
   static constexpr int kHeadDim = kHeadDim_;
   using Element = Element_;
   static constexpr int kWarps = kWarps_;             // consumer warps
+  // Warpgroup MMA (sm_90a): consumer warps in groups of 4 share each S = Q K^T and O += P V (64 rows, d = 128).
+  // Compiled for a target without wgmma, the same configuration runs the per-warp mma.sync path.
+  static constexpr bool kWgmma = kWgmma_ && wgmma::kAvailable;
+  static_assert(!kWgmma_ || (kWarps_ % 4 == 0 && kHeadDim_ == 128), "wgmma tiling: warpgroups of 64 rows, d = 128");
   static constexpr int kThreads = (kWarps + 1) * 32;  // + the producer warp
   static constexpr int kStages = kStages_;
   static constexpr int kRows = 16 * kWarps;
@@ -40,27 +52,39 @@ struct AttendConfig {
   static constexpr bool kQInRegisters = kHeadDim <= 64;
   static constexpr int kRowPieces = kHeadDim / 8;   // 16-byte pieces per row
   static constexpr int kTileElems = kTileKeys * kHeadDim;
+  static constexpr int kColBlocks = kHeadDim / 64;  // 128-byte column blocks of a K/V tile (one tensor-copy box each)
   static_assert(kHeadDim % 64 == 0, "the swizzle needs at least 8 16-byte pieces per row");
+  static_assert(sizeof(Element) == 2, "tiles are laid out for 16-bit elements");
 
-  // Dynamic shared memory (bytes): Q, K/V ring, per-warp bias tables, mbarriers + counters, union bitset.
+  // Dynamic shared memory (bytes), after aligning the base to 1024 (the 128-byte swizzle of the tensor copies
+  // repeats every 8 rows of 128 bytes): K/V ring, Q, per-stage bias tables, mbarriers + counters, union bitset.
+  static constexpr uint32_t kBlockBytes = kTileKeys * 128;  // one 64-key x 64-column box
+  static constexpr uint32_t kTileBytes = uint32_t(kTileElems) * sizeof(Element);
+  static constexpr size_t kRingBytes = size_t(kStages) * 2 * kTileBytes;
   static constexpr size_t kQBytes = size_t(kRows) * kHeadDim * sizeof(Element);
-  static constexpr size_t kRingBytes = size_t(kStages) * 2 * kTileElems * sizeof(Element);
-  static constexpr size_t kBiasBytes = size_t(kWarps) * 64 * sizeof(float);
+  static constexpr size_t kBiasBytes = size_t(kStages) * kRows * 4 * sizeof(float);  // [stage][token slot][chunk]
   static constexpr size_t kBarrierBytes = size_t(2 * kStages) * 8 + 16;
-  static constexpr size_t kFixedBytes = kQBytes + kRingBytes + kBiasBytes + kBarrierBytes;
-  static size_t smem_bytes(int union_words) { return kFixedBytes + size_t(union_words) * 4; }
+  static constexpr size_t kFixedBytes = kRingBytes + kQBytes + kBiasBytes + kBarrierBytes;
+  static size_t smem_bytes(int union_words) { return 1024 + kFixedBytes + size_t(union_words) * 4; }
 };
 
-// Element offset of (row, col) in a [rows][kHeadDim] tile whose 16-byte pieces are XOR-swizzled by row % 8, so
-// that ldmatrix over 8 consecutive rows hits 8 different bank groups.
+// Element offset of (row, col) in a K/V tile: column blocks of 64 elements, each [64 rows][128 bytes] with the
+// 16-byte pieces XOR-swizzled by row % 8, exactly the layout a 128-byte-swizzled tensor copy writes.
 template <int kHeadDim>
-__device__ __forceinline__ int swz(int row, int col) {
-  return row * kHeadDim + ((((col >> 3) ^ (row & 7))) << 3) + (col & 7);
+__device__ __forceinline__ int kv_swz(int row, int col) {
+  return (col >> 6) * (kTileKeys * 64) + row * 64 + ((((col >> 3) & 7) ^ (row & 7)) << 3) + (col & 7);
+}
+
+// Element offset of (row, col) in Q: the same column-block layout as the K/V tiles with kRows rows per block (so
+// that ldmatrix over 8 consecutive rows hits 8 different bank groups, and wgmma reads it as a K-major operand).
+template <int kRows>
+__device__ __forceinline__ int q_swz(int row, int col) {
+  return (col >> 6) * (kRows * 64) + row * 64 + ((((col >> 3) & 7) ^ (row & 7)) << 3) + (col & 7);
 }
 
 struct RowInfo {
   RowRouting route;
-  int token_slot;  // token - first token of the warp (index into the warp's bias table)
+  int token_slot;  // token - first token of the CTA (index into the stage's bias table)
   bool valid;
 };
 
@@ -82,35 +106,46 @@ struct TileCursor {
 };
 
 // Bias (log2 units) of routed chunk c for token i: the group weight w_c recomputed from tau as Stage 1 defined it,
-// by one warp (lanes over heads, summed in head order as dashattn::group_weight does).
+// by one warp. A small group leaves lanes idle, so each head's dot product is spread over `lanes_per_head` lanes
+// (a power of two, each a contiguous slice of the head dim); the per-head weights are then summed in head order
+// as dashattn::group_weight does.
 template <class Cfg>
 __device__ float chunk_bias_log2(const AttendArgs& a, const SequenceSpan& sp, int64_t seq, int kv_head,
                                  int64_t token, int64_t c, int lane) {
   using Element = typename Cfg::Element;
+  constexpr int D = Cfg::kHeadDim;
   const Element* qb = static_cast<const Element*>(a.q.data);
   const Element* kbar = static_cast<const Element*>(a.summaries.data) + a.summaries.offset(seq, c, kv_head);
-  const float x_scale = (a.alpha - 1.0f) * a.gamma * rsqrtf(float(Cfg::kHeadDim));
+  const float x_scale = (a.alpha - 1.0f) * a.gamma * rsqrtf(float(D));
+  int lanes_per_head = 1;
+  while (lanes_per_head * a.group < 32 && lanes_per_head * 16 <= D) lanes_per_head *= 2;
+  const int heads_per_pass = 32 / lanes_per_head;
+  const int span = D / lanes_per_head;  // a multiple of 8
+  const int sub = lane % lanes_per_head;
   float sum = 0.0f;
-  for (int h0 = 0; h0 < a.group; h0 += 32) {
-    const int h = h0 + lane;
-    float wh = 0.0f;
+  for (int h0 = 0; h0 < a.group; h0 += heads_per_pass) {
+    const int h = h0 + lane / lanes_per_head;
+    float dot = 0.0f;
     if (h < a.group) {
-      const int qh = kv_head * a.group + h;
-      const Element* qrow = qb + a.q.offset(sp.batch_index, sp.q_begin + token, qh);
-      float dot = 0.0f;
-#pragma unroll 2
-      for (int e = 0; e < Cfg::kHeadDim; e += 8) {
-        const uint4 qv = *reinterpret_cast<const uint4*>(qrow + e);
-        const uint4 kv = *reinterpret_cast<const uint4*>(kbar + e);
+      const Element* qrow = qb + a.q.offset(sp.batch_index, sp.q_begin + token, kv_head * a.group + h);
+      for (int e = sub * span; e < (sub + 1) * span; e += 8) {
+        const uint4 qv = __ldg(reinterpret_cast<const uint4*>(qrow + e));
+        const uint4 kv = __ldg(reinterpret_cast<const uint4*>(kbar + e));
         const Element* qe = reinterpret_cast<const Element*>(&qv);
         const Element* ke = reinterpret_cast<const Element*>(&kv);
 #pragma unroll
         for (int u = 0; u < 8; ++u) dot = fmaf(float(qe[u]), float(ke[u]), dot);
       }
+    }
+    for (int off = lanes_per_head / 2; off > 0; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
+    float wh = 0.0f;
+    if (h < a.group) {
+      const int qh = kv_head * a.group + h;
       const float tau = static_cast<const float*>(a.tau.data)[row_output_offset(a.tau, sp, qh, token)];
       wh = entmax_weight(x_scale * dot, tau, a.alpha);
     }
-    for (int j = 0; j < 32 && h0 + j < a.group; ++j) sum += __shfl_sync(0xffffffffu, wh, j);
+    for (int j = 0; j < heads_per_pass && h0 + j < a.group; ++j)
+      sum += __shfl_sync(0xffffffffu, wh, j * lanes_per_head);
   }
   float w = sum / float(a.group);
   // The mask bit is ground truth: a weight that recomputes to zero still gets a finite bias.
@@ -119,16 +154,40 @@ __device__ float chunk_bias_log2(const AttendArgs& a, const SequenceSpan& sp, in
   return prior_bias(a.prior, logf(w), mu, a.inv_sigma) * 1.4426950408889634f;
 }
 
+// The producer warp's bias table of one stage: entry [token slot][chunk of the tile] for the CTA's tokens, the
+// bias of each routed chunk (c < c_i with its bit set) and 0 elsewhere (such entries are masked or diagonal).
 template <class Cfg>
-__global__ void __launch_bounds__(Cfg::kThreads, 1) attend_kernel(const AttendArgs a) {
+__device__ void fill_stage_bias(const AttendArgs& a, const SequenceSpan& sp, int64_t seq, int kv_head,
+                                int64_t first_token, int n_tokens, int64_t k0, float* table, int lane) {
+  const int per_tile = a.chunk >= kTileKeys ? 1 : (kTileKeys >> a.log2_chunk);
+  const int64_t c0 = k0 >> a.log2_chunk;
+  for (int t = 0; t < n_tokens; ++t) {
+    const int64_t token = first_token + t;
+    const int64_t diag = (sp.n_k - sp.n_q + token) >> a.log2_chunk;
+    const uint32_t* mrow = mask_row_ptr(a, sp, kv_head, token);
+    for (int qd = 0; qd < per_tile; ++qd) {
+      const int64_t c = c0 + qd;
+      float bias = 0.0f;
+      if (c < diag && ((mrow[c >> 5] >> (c & 31)) & 1u))
+        bias = chunk_bias_log2<Cfg>(a, sp, seq, kv_head, token, c, lane);
+      if (lane == 0) table[t * 4 + qd] = bias;
+    }
+  }
+}
+
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+    attend_kernel(const AttendArgs a, const __grid_constant__ CUtensorMap tmap_k,
+                  const __grid_constant__ CUtensorMap tmap_v) {
   using Element = typename Cfg::Element;
   constexpr int D = Cfg::kHeadDim;
   constexpr int kStages = Cfg::kStages;
-  extern __shared__ __align__(128) unsigned char smem_raw[];
-  Element* sQ = reinterpret_cast<Element*>(smem_raw);
-  Element* sRing = reinterpret_cast<Element*>(smem_raw + Cfg::kQBytes);
-  float* sBias = reinterpret_cast<float*>(smem_raw + Cfg::kQBytes + Cfg::kRingBytes);
-  unsigned char* sBar = smem_raw + Cfg::kQBytes + Cfg::kRingBytes + Cfg::kBiasBytes;
+  extern __shared__ __align__(1024) unsigned char smem_dyn[];
+  unsigned char* smem_raw = smem_dyn + ((1024u - (mma::smem_addr(smem_dyn) & 1023u)) & 1023u);
+  Element* sRing = reinterpret_cast<Element*>(smem_raw);
+  Element* sQ = reinterpret_cast<Element*>(smem_raw + Cfg::kRingBytes);
+  float* sBias = reinterpret_cast<float*>(smem_raw + Cfg::kRingBytes + Cfg::kQBytes);
+  unsigned char* sBar = smem_raw + Cfg::kRingBytes + Cfg::kQBytes + Cfg::kBiasBytes;
   int* sCount = reinterpret_cast<int*>(sBar + 2 * kStages * 8);
   uint32_t* sUnion = reinterpret_cast<uint32_t*>(smem_raw + Cfg::kFixedBytes);
   const uint32_t full_bar = mma::smem_addr(sBar);             // + 8 * stage
@@ -153,9 +212,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) attend_kernel(const AttendAr
 
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
-      mma::mbar_init(full_bar + 8u * s, 32u);                 // the producer warp's 32 lanes
+      mma::mbar_init(full_bar + 8u * s, 32u);                 // the producer warp's 32 lanes (+ copy completion)
       mma::mbar_init(empty_bar + 8u * s, uint32_t(Cfg::kWarps));  // one arrival per consumer warp
     }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    mma::fence_barrier_init();
+#endif
     sCount[0] = 0;
   }
   int64_t tile_start = 0, tile_count = 0;
@@ -170,7 +232,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) attend_kernel(const AttendAr
       const bool ok = R < rows_in_seq;
       const Element* src =
           qb + (ok ? a.q.offset(sp.batch_index, sp.q_begin + R / g, kv_head * g + R % g) + piece * 8 : 0);
-      mma::cp_async_16(sQ + swz<D>(r, piece * 8), src, ok ? 16 : 0);
+      mma::cp_async_16(sQ + q_swz<Cfg::kRows>(r, piece * 8), src, ok ? 16 : 0);
     }
     mma::cp_async_commit();
 
@@ -196,6 +258,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) attend_kernel(const AttendAr
     for (int off = 16; off > 0; off >>= 1) local += __shfl_xor_sync(0xffffffffu, local, off);
     if (lane == 0 && local) atomicAdd(&sCount[0], local);
     mma::cp_async_wait<0>();
+    if constexpr (Cfg::kWgmma) wgmma::fence_proxy_async();  // Q is read by the tensor cores
   }
   __syncthreads();  // union, count, Q and the barrier initialisation are visible to every warp
   if (any_rows) {
@@ -224,10 +287,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) attend_kernel(const AttendAr
   }
   const int n_iter = int(tile_count);
 
+  const bool bias_on = !a.dense && a.prior != PriorMode::kNone;
   if (warp == Cfg::kWarps) {
-    // Producer: stream the K/V tiles into the ring. Each lane copies fixed 16-byte pieces of every tile row.
-    // (One cp.async.bulk per 256-byte key row was measured 2x slower than this on an H200: the rows are too small
-    // for the copy engine. A tensor-map copy of whole 64-row boxes is the sm_90 path still to try.)
+    // Producer: stream the K/V tiles into the ring, then the stage's bias table. Each of the 32 lanes arrives on
+    // the stage's full barrier once its part is written; the copies hold the phase open until they land (as
+    // transactions of the tensor copies, or through cp.async's deferred arrival).
     constexpr int kRowsPerPass = 32 / Cfg::kRowPieces > 0 ? 32 / Cfg::kRowPieces : 1;
     constexpr int kLanesPerRow = Cfg::kRowPieces < 32 ? Cfg::kRowPieces : 32;
     const int lane_row = lane / kLanesPerRow;
@@ -235,37 +299,70 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) attend_kernel(const AttendAr
     const Element* kbase = static_cast<const Element*>(a.k.data) + a.k.offset(sp.batch_index, sp.k_begin, kv_head);
     const Element* vbase = static_cast<const Element*>(a.v.data) + a.v.offset(sp.batch_index, sp.k_begin, kv_head);
     const int64_t k_row_stride = a.k.stride[1], v_row_stride = a.v.stride[1];
+    const int n_tokens = any_rows ? int(last_token - first_token + 1) : 0;
     for (int it = 0; it < n_iter; ++it) {
       const int stage = it % kStages;
+      const uint32_t fb = full_bar + 8u * stage;
       if (it >= kStages) mma::mbar_wait(empty_bar + 8u * stage, uint32_t((it / kStages - 1) & 1));
       const int64_t tile = cursor.next(sUnion);
       Element* sK = sRing + size_t(stage) * 2 * Cfg::kTileElems;
       Element* sV = sK + Cfg::kTileElems;
-#pragma unroll 4
-      for (int r = lane_row; r < kTileKeys; r += kRowsPerPass) {
-        const int64_t key = tile * kTileKeys + r;
-        const bool ok = key < sp.n_k;
+      bool copied = false;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+      // Whole tiles by tensor copy; the last partial tile of a sequence by cp.async, which zero-fills the rows
+      // past the end (the tensor map's bounds are the tensor's, not the sequence's).
+      if (a.use_tma && (tile + 1) * kTileKeys <= sp.n_k) {
+        if (lane == 0) {
+          mma::mbar_expect_tx(fb, 2u * Cfg::kTileBytes);
+          const int row = int(sp.k_begin + tile * kTileKeys);
+          const uint32_t dk = mma::smem_addr(sK), dv = mma::smem_addr(sV);
 #pragma unroll
-        for (int piece = lane_piece; piece < Cfg::kRowPieces; piece += kLanesPerRow) {
-          const int dst = swz<D>(r, piece * 8);
-          mma::cp_async_16(sK + dst, ok ? kbase + key * k_row_stride + piece * 8 : kbase, ok ? 16 : 0);
-          mma::cp_async_16(sV + dst, ok ? vbase + key * v_row_stride + piece * 8 : vbase, ok ? 16 : 0);
+          for (int cb = 0; cb < Cfg::kColBlocks; ++cb) {
+            mma::tma_load_4d(dk + cb * Cfg::kBlockBytes, &tmap_k, fb, cb * 64, row, kv_head, int(sp.batch_index));
+            mma::tma_load_4d(dv + cb * Cfg::kBlockBytes, &tmap_v, fb, cb * 64, row, kv_head, int(sp.batch_index));
+          }
+        }
+        copied = true;
+      }
+#endif
+      if (!copied) {
+#pragma unroll 4
+        for (int r = lane_row; r < kTileKeys; r += kRowsPerPass) {
+          const int64_t key = tile * kTileKeys + r;
+          const bool ok = key < sp.n_k;
+#pragma unroll
+          for (int piece = lane_piece; piece < Cfg::kRowPieces; piece += kLanesPerRow) {
+            const int dst = kv_swz<D>(r, piece * 8);
+            mma::cp_async_16(sK + dst, ok ? kbase + key * k_row_stride + piece * 8 : kbase, ok ? 16 : 0);
+            mma::cp_async_16(sV + dst, ok ? vbase + key * v_row_stride + piece * 8 : vbase, ok ? 16 : 0);
+          }
+        }
+        if constexpr (Cfg::kWgmma) {
+          // The tensor cores read the tile through the async proxy: the copies must have landed and been fenced
+          // before the arrival (only the last partial tile of a sequence, or launches without tensor maps).
+          mma::cp_async_commit();
+          mma::cp_async_wait<0>();
+          wgmma::fence_proxy_async();
+        } else {
+          mma::cp_async_mbar_arrive_inc(fb);
         }
       }
-      mma::cp_async_mbar_arrive(full_bar + 8u * stage);
+      if (bias_on)
+        fill_stage_bias<Cfg>(a, sp, seq, kv_head, first_token, n_tokens, tile * kTileKeys,
+                             sBias + size_t(stage) * Cfg::kRows * 4, lane);
+      mma::mbar_arrive(fb);
     }
     mma::cp_async_wait<0>();
     return;
   }
 
   // ---- Consumer warps ----
-  const int64_t warp_first_token = (row0 + warp * 16) / g;
   auto make_row = [&](int r) {
     RowInfo ri;
     const int64_t R = row0 + r;
     ri.valid = R < rows_in_seq;
     const int64_t token = R / g;
-    ri.token_slot = int(token - warp_first_token);
+    ri.token_slot = int(token - first_token);
     ri.route.mask_row = nullptr;
     ri.route.pos = -1;
     ri.route.diag = 0;
@@ -288,8 +385,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) attend_kernel(const AttendAr
   // ldmatrix lane addresses. A lane's row r always has r % 8 == lane % 8, so its swizzled 16-byte piece for
   // column piece 2k + b is (2k) ^ (b ^ lane % 8): four variants (k % 4) per operand; the rest (k / 4, the
   // 16-row block, the stage) are plain offsets the compiler folds into the instructions.
-  constexpr uint32_t kRowBytes = D * sizeof(Element);
-  constexpr uint32_t kTileBytes = Cfg::kTileElems * sizeof(Element);
+  // Q and the K/V tiles are column blocks of 128-byte rows (q_swz(), kv_swz()).
+  constexpr uint32_t kQBlockBytes = uint32_t(Cfg::kRows) * 128;
+  constexpr uint32_t kTileBytes = Cfg::kTileBytes;
+  constexpr uint32_t kKVRowBytes = 128;
   const int r8 = lane % 8;
   const uint32_t q_row = uint32_t(warp * 16 + r8 + 8 * ((lane / 8) % 2));
   const uint32_t k_row = uint32_t(r8 + 8 * (lane / 16));
@@ -298,9 +397,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) attend_kernel(const AttendAr
   uint32_t q_off[4], k_off[4], v_off[4];
 #pragma unroll
   for (int var = 0; var < 4; ++var) {
-    q_off[var] = q_row * kRowBytes + (((2u * var) ^ q_sel) << 4);
-    k_off[var] = k_row * kRowBytes + (((2u * var) ^ k_sel) << 4);
-    v_off[var] = v_row * kRowBytes + (((2u * var) ^ v_sel) << 4);
+    q_off[var] = q_row * 128u + (((2u * var) ^ q_sel) << 4);
+    k_off[var] = k_row * kKVRowBytes + (((2u * var) ^ k_sel) << 4);
+    v_off[var] = v_row * kKVRowBytes + (((2u * var) ^ v_sel) << 4);
   }
   const uint32_t sQ_addr = mma::smem_addr(sQ);
   const uint32_t sRing_addr = mma::smem_addr(sRing);
@@ -308,10 +407,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) attend_kernel(const AttendAr
   uint32_t q_frag[Cfg::kQInRegisters ? Cfg::kKSteps : 1][4];
   if constexpr (Cfg::kQInRegisters) {
 #pragma unroll
-    for (int kk = 0; kk < Cfg::kKSteps; ++kk) mma::ldmatrix_x4(q_frag[kk], sQ_addr + q_off[kk % 4] + 128u * (kk / 4));
+    for (int kk = 0; kk < Cfg::kKSteps; ++kk)
+      mma::ldmatrix_x4(q_frag[kk], sQ_addr + q_off[kk % 4] + kQBlockBytes * (kk / 4));
   }
-  const bool bias_on = !a.dense && a.prior != PriorMode::kNone;
-  float* warp_bias = sBias + warp * 64;  // [token slot (< 16)][chunk of the tile (< 4)]
   const int t4 = lane % 4;
 
   for (int it = 0; it < n_iter; ++it) {
@@ -322,33 +420,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) attend_kernel(const AttendAr
     // Mask reads first: their latency overlaps the wait for the tile.
     const uint64_t keys_a = row_tile_keys(row_a.route, tile, a.chunk, a.log2_chunk, a.dense);
     const uint64_t keys_b = row_tile_keys(row_b.route, tile, a.chunk, a.log2_chunk, a.dense);
-    const bool need = __any_sync(0xffffffffu, (keys_a | keys_b) != 0ull);
-
-    if (need && bias_on) {
-      // Bias of every (token of this warp, chunk of this tile) pair the token routed.
-      const int per_tile = a.chunk >= kTileKeys ? 1 : (kTileKeys >> a.log2_chunk);
-      const int64_t c0 = k0 >> a.log2_chunk;
-      const int64_t wl = min((row0 + warp * 16 + 15) / g, sp.n_q - 1);
-      const int n_tok = int(wl - warp_first_token + 1);
-      for (int item = 0; item < n_tok * per_tile; ++item) {
-        const int slot = item / per_tile;
-        const int qd = item % per_tile;
-        const int64_t token = warp_first_token + slot;
-        const int64_t c = c0 + qd;
-        const int64_t pos = sp.n_k - sp.n_q + token;
-        const uint32_t* mrow = mask_row_ptr(a, sp, kv_head, token);
-        float bias = 0.0f;
-        if (c < (pos >> a.log2_chunk) && ((mrow[c >> 5] >> (c & 31)) & 1u))
-          bias = chunk_bias_log2<Cfg>(a, sp, seq, kv_head, token, c, lane);
-        if (lane == 0) warp_bias[slot * 4 + qd] = bias;
-      }
-      __syncwarp();
-    }
+    // The unit that computes or skips a tile: the warp, or with wgmma its warpgroup (named barrier 1 + group).
+    bool need;
+    if constexpr (Cfg::kWgmma) need = wgmma::warpgroup_any((keys_a | keys_b) != 0ull, 1 + warp / 4);
+    else need = __any_sync(0xffffffffu, (keys_a | keys_b) != 0ull);
 
     // Every warp waits for the tile, computing or not: a warp may release a stage only after the round it
     // releases was filled, which keeps exactly one arrival per warp in each phase of the empty barrier.
     mma::mbar_wait(full_bar + 8u * stage, parity);
     if (need) {
+      const float* stage_bias = sBias + size_t(stage) * Cfg::kRows * 4;  // filled by the producer with the tile
       const uint32_t sK_addr = sRing_addr + uint32_t(stage) * 2u * kTileBytes;
       const uint32_t sV_addr = sK_addr + kTileBytes;
 
@@ -356,19 +437,33 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) attend_kernel(const AttendAr
       float s[8][4];
 #pragma unroll
       for (int i = 0; i < 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+      if constexpr (Cfg::kWgmma) {
+        // The warpgroup's 64 rows at once; K-major operands, a k-step of 16 columns is 32 bytes into the block.
+        const uint32_t q_group = sQ_addr + uint32_t(warp / 4) * 64u * 128u;
+        wgmma::fence();
 #pragma unroll
-      for (int kk = 0; kk < Cfg::kKSteps; ++kk) {
+        for (int kk = 0; kk < Cfg::kKSteps; ++kk) {
+          const uint32_t col = uint32_t(kk % 4) * 32u;
+          const uint64_t da = wgmma::desc_sw128(q_group + kQBlockBytes * (kk / 4) + col, 16u, 1024u);
+          const uint64_t db = wgmma::desc_sw128(sK_addr + Cfg::kBlockBytes * (kk / 4) + col, 16u, 1024u);
+          wgmma::mma_64x64x16_ss<Element>(s, da, db, kk > 0 ? 1 : 0);
+        }
+        wgmma::commit();
+        wgmma::wait_all();
+      }
+#pragma unroll
+      for (int kk = 0; kk < (Cfg::kWgmma ? 0 : Cfg::kKSteps); ++kk) {
         uint32_t qa[4];
         if constexpr (Cfg::kQInRegisters) {
           qa[0] = q_frag[kk][0]; qa[1] = q_frag[kk][1]; qa[2] = q_frag[kk][2]; qa[3] = q_frag[kk][3];
         } else {
-          mma::ldmatrix_x4(qa, sQ_addr + q_off[kk % 4] + 128u * (kk / 4));
+          mma::ldmatrix_x4(qa, sQ_addr + q_off[kk % 4] + kQBlockBytes * (kk / 4));
         }
 #pragma unroll
         for (int np = 0; np < 4; ++np) {
           uint32_t b[4];
           // Key rows 16np + (lane % 8) + 8 * (lane / 16), head-dim columns 16kk + 8 * ((lane / 8) % 2).
-          mma::ldmatrix_x4(b, sK_addr + k_off[kk % 4] + 128u * (kk / 4) + uint32_t(np) * 16u * kRowBytes);
+          mma::ldmatrix_x4(b, sK_addr + k_off[kk % 4] + Cfg::kBlockBytes * (kk / 4) + uint32_t(np) * 16u * kKVRowBytes);
           mma::mma_16816<Element>(s[2 * np], qa, b[0], b[1]);
           mma::mma_16816<Element>(s[2 * np + 1], qa, b[2], b[3]);
         }
@@ -382,8 +477,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) attend_kernel(const AttendAr
           // An 8-key n-tile lies inside one chunk (C >= 16); routed chunks (c < c_i) carry the bias.
           const int64_t c = (k0 + nt * 8) >> a.log2_chunk;
           const int qd = int(c - (k0 >> a.log2_chunk));
-          if (row_a.valid && c < row_a.route.diag) ba = warp_bias[row_a.token_slot * 4 + qd];
-          if (row_b.valid && c < row_b.route.diag) bb = warp_bias[row_b.token_slot * 4 + qd];
+          if (row_a.valid && c < row_a.route.diag) ba = stage_bias[row_a.token_slot * 4 + qd];
+          if (row_b.valid && c < row_b.route.diag) bb = stage_bias[row_b.token_slot * 4 + qd];
         }
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
@@ -439,8 +534,27 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) attend_kernel(const AttendAr
       }
 
       // O += P V, P taken straight from the S registers (C layout of n-tiles 2j, 2j+1 = A layout of k-step j).
+      if constexpr (Cfg::kWgmma) {
+        // V is MN-major: 64-column blocks kBlockBytes apart, 8-key groups 1024 bytes apart; k-step j = 16 keys.
+        uint32_t pa[4][4];
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
+        for (int j = 0; j < 4; ++j) {
+          pa[j][0] = mma::pack2<Element>(s[2 * j][0], s[2 * j][1]);
+          pa[j][1] = mma::pack2<Element>(s[2 * j][2], s[2 * j][3]);
+          pa[j][2] = mma::pack2<Element>(s[2 * j + 1][0], s[2 * j + 1][1]);
+          pa[j][3] = mma::pack2<Element>(s[2 * j + 1][2], s[2 * j + 1][3]);
+        }
+        wgmma::fence();
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          wgmma::mma_64x128x16_rs<Element>(
+              reinterpret_cast<float(&)[16][4]>(acc_o), pa[j],
+              wgmma::desc_sw128(sV_addr + uint32_t(j) * 16u * kKVRowBytes, Cfg::kBlockBytes, 1024u));
+        wgmma::commit();
+        wgmma::wait_all();
+      }
+#pragma unroll
+      for (int j = 0; j < (Cfg::kWgmma ? 0 : 4); ++j) {
         uint32_t pa[4];
         pa[0] = mma::pack2<Element>(s[2 * j][0], s[2 * j][1]);
         pa[1] = mma::pack2<Element>(s[2 * j][2], s[2 * j][3]);
@@ -450,7 +564,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) attend_kernel(const AttendAr
         for (int dp = 0; dp < D / 16; ++dp) {
           uint32_t b[4];
           // Key rows 16j + (lane % 8) + 8 * ((lane / 8) % 2), head-dim columns 16dp + 8 * (lane / 16).
-          mma::ldmatrix_x4_trans(b, sV_addr + v_off[dp % 4] + 128u * (dp / 4) + uint32_t(j) * 16u * kRowBytes);
+          mma::ldmatrix_x4_trans(b, sV_addr + v_off[dp % 4] + Cfg::kBlockBytes * (dp / 4) +
+                                        uint32_t(j) * 16u * kKVRowBytes);
           mma::mma_16816<Element>(acc_o[2 * dp], pa, b[0], b[1]);
           mma::mma_16816<Element>(acc_o[2 * dp + 1], pa, b[2], b[3]);
         }

@@ -37,7 +37,55 @@ void fill_common(AttendArgs& a, const TensorView& q, const TensorView& k, const 
   a.scale_log2 = s.scale * 1.4426950408889634f;
 }
 
+// cuTensorMapEncodeTiled through the runtime's driver entry point (no link against libcuda); null when the driver
+// lacks it.
+using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+EncodeTiledFn encode_tiled() {
+  static const EncodeTiledFn fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &found) !=
+            cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      return EncodeTiledFn(nullptr);
+    }
+    return reinterpret_cast<EncodeTiledFn>(p);
+  }();
+  return fn;
+}
+
 }  // namespace
+
+bool make_kv_tensor_map(const DeviceTensor& t, DType dtype, int64_t head_dim, CUtensorMap* map) {
+  const EncodeTiledFn encode = encode_tiled();
+  if (encode == nullptr || t.data == nullptr || (dtype != DType::kBF16 && dtype != DType::kF16)) return false;
+  if (t.stride[3] != 1 || t.shape[3] != head_dim || reinterpret_cast<uintptr_t>(t.data) % 16 != 0) return false;
+  // Axes innermost first: head dim, key rows, KV heads, batch.
+  cuuint64_t dims[4] = {cuuint64_t(head_dim), cuuint64_t(t.shape[1]), cuuint64_t(t.shape[2]), cuuint64_t(t.shape[0])};
+  const int64_t elem_strides[3] = {t.stride[1], t.stride[2], t.stride[0]};
+  cuuint64_t strides[3];
+  int64_t packed = head_dim * 2;  // bytes of one row when the axes are packed
+  for (int i = 0; i < 3; ++i) {
+    if (dims[i + 1] == 0) return false;
+    int64_t bytes = elem_strides[i] * 2;
+    // A size-1 axis is never stepped over; give it a stride the encoder accepts whatever the view says.
+    if (dims[i + 1] == 1 && (bytes <= 0 || bytes % 16 != 0)) bytes = packed;
+    if (bytes <= 0 || bytes % 16 != 0 || bytes >= (int64_t(1) << 40)) return false;
+    strides[i] = cuuint64_t(bytes);
+    packed = bytes * int64_t(dims[i + 1]);
+  }
+  const cuuint32_t box[4] = {64, 64, 1, 1};
+  const cuuint32_t elem_step[4] = {1, 1, 1, 1};
+  const CUtensorMapDataType type =
+      dtype == DType::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  return encode(map, type, 4, t.data, dims, strides, box, elem_step, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
 
 AttendPlan plan_attend(const ProblemShape& s, int num_sms, bool dense) {
   (void)dense;

@@ -10,9 +10,10 @@
 //
 // Instances: attend_instance.cu.in is configured once per (head dim, dtype) pair (see cuda_internal.cuh); each
 // generated file explicitly instantiates run_attend<HDIM, CTYPE>, which holds every tiling of that pair
-// (warps = 1, 4, 8) and the split-combine kernel. Nothing else instantiates the kernels.
+// (warps = 1, 4, 7) and the split-combine kernel. Nothing else instantiates the kernels.
 #pragma once
 
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -25,14 +26,22 @@ namespace dashattn::cuda {
 // i.e. 3 / 2 / 1 CTAs per SM, each keeping its next tiles in flight.
 constexpr int decode_stages(int head_dim) { return head_dim <= 64 ? 4 : (head_dim <= 128 ? 3 : 2); }
 constexpr size_t decode_smem_bytes(int head_dim) {
-  return size_t(16) * head_dim * 2 + size_t(decode_stages(head_dim)) * 2 * 64 * head_dim * 2 + 1024;
+  // Q, the K/V ring, the per-stage bias tables, barriers and base alignment (attend_kernel.cuh's AttendConfig).
+  return size_t(16) * head_dim * 2 + size_t(decode_stages(head_dim)) * (2 * 64 * head_dim * 2 + 16 * 4 * 4) + 2048;
 }
 
 struct AttendPlan {
   int warps = 7;           // consumer warps per CTA (1, 4 or 7); a CTA covers 16 * warps (token, head) rows
   int num_splits = 1;      // > 1: split-KV with fp32 partials in the workspace and a combine kernel
   size_t workspace_bytes = 0;
+  bool tma = true;         // sm_90: load whole K/V tiles with tensor copies when the tensors allow it
+  int stages = 0;          // K/V ring depth of the wide tilings: 0 = the deepest that fits the device, or 3 / 4
 };
+
+// Tensor map of a [b, n, h, d] K or V view (16-bit elements) whose boxes are 64 keys x 64 columns with the
+// 128-byte swizzle the Stage-2 kernel reads. False when the driver, the device or the view's alignment and
+// strides rule it out (the kernel then copies with cp.async).
+bool make_kv_tensor_map(const DeviceTensor& t, DType dtype, int64_t head_dim, CUtensorMap* map);
 
 // The plan for a shape on a device with num_sms multiprocessors (dense: every visible key attended).
 AttendPlan plan_attend(const ProblemShape& s, int num_sms, bool dense);

@@ -9,7 +9,20 @@
 namespace dashattn::cuda {
 
 template <class Cfg>
-void launch_attend_config(const AttendArgs& args, cudaStream_t stream) {
+size_t config_smem_bytes(const AttendArgs& args) {
+  const int64_t union_words = ceil_div(ceil_div(args.batch.padded_n_k, kTileKeys), 32) + 1;
+  return Cfg::smem_bytes(int(union_words));
+}
+
+inline int device_smem_optin() {
+  int device = 0, optin = 0;
+  DASHATTN_CUDA_CHECK(cudaGetDevice(&device));
+  DASHATTN_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  return optin;
+}
+
+template <class Cfg>
+void launch_attend_config(AttendArgs args, bool allow_tma, cudaStream_t stream) {
   const int64_t rows = args.batch.padded_n_q * args.group;
   const int64_t m_blocks = ceil_div(rows, Cfg::kRows);
   const int64_t union_words = ceil_div(ceil_div(args.batch.padded_n_k, kTileKeys), 32) + 1;
@@ -28,8 +41,15 @@ void launch_attend_config(const AttendArgs& args, cudaStream_t stream) {
   if (heads > kMaxGridYZ || args.num_splits > kMaxGridYZ || m_blocks > int64_t(INT32_MAX)) {
     throw Unsupported("cuda", "q", "batch x KV heads = " + std::to_string(heads) + " exceeds the grid limit");
   }
+  // Tensor maps are encoded on the host per launch (pure host work, captured by value into a graph).
+  CUtensorMap tmap_k{}, tmap_v{};
+  int major = 0;
+  DASHATTN_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  constexpr DType kDType = ElementTraits<typename Cfg::Element>::kDType;
+  args.use_tma = allow_tma && major >= 9 && make_kv_tensor_map(args.k, kDType, Cfg::kHeadDim, &tmap_k) &&
+                 make_kv_tensor_map(args.v, kDType, Cfg::kHeadDim, &tmap_v);
   const dim3 grid(unsigned(m_blocks), unsigned(heads), unsigned(args.num_splits));
-  attend_kernel<Cfg><<<grid, Cfg::kThreads, smem, stream>>>(args);
+  attend_kernel<Cfg><<<grid, Cfg::kThreads, smem, stream>>>(args, tmap_k, tmap_v);
   DASHATTN_CUDA_CHECK_LAUNCH();
   if (args.num_splits > 1) {
     const int64_t split_rows = int64_t(args.num_seqs) * args.h_q * args.batch.padded_n_q;
@@ -46,19 +66,47 @@ void run_attend(const AttendArgs& args, const AttendPlan& plan, cudaStream_t str
   // decode tiling keeps two or more CTAs per SM (decode_stages() in attend_launch.cuh).
   constexpr int kStagesWide = kHeadDim <= 128 ? 3 : 2;
   constexpr int kStagesDecode = decode_stages(kHeadDim);
-  // Consumer warps: 1 (decode), 4 or 7. Seven plus the producer make 8 warps = 2 per SM sub-partition, which
-  // keeps the full 255 registers per thread (a ninth warp would cap them at 168 and spill).
+  // Consumer warps: 1 (decode), 4, 7 or 8 (wgmma, below). Seven plus the producer make 8 warps = 2 per SM sub-partition, which
+  // keeps the full 255 registers per thread (a ninth warp puts 3 warps on one sub-partition and caps them at 168,
+  // which spills).
   if (plan.warps == 1) {
-    launch_attend_config<AttendConfig<kHeadDim, Element, 1, kStagesDecode>>(args, stream);
+    launch_attend_config<AttendConfig<kHeadDim, Element, 1, kStagesDecode>>(args, plan.tma, stream);
     return;
+  }
+  if constexpr (kHeadDim == 128) {
+    // Eight consumer warps = two warpgroups on wgmma (sm_90a), each computing 64 rows = 4 tokens x 16 heads per
+    // tile. Nine warps cap registers at 168, which the wgmma path fits (its B operands need no address registers).
+    if (plan.warps >= 8) {
+      int device = 0, major = 0;
+      DASHATTN_CUDA_CHECK(cudaGetDevice(&device));
+      DASHATTN_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+      if (major >= 9) {
+        using Wide = AttendConfig<kHeadDim, Element, 8, 4, true>;
+        if (plan.stages == 3 || config_smem_bytes<Wide>(args) > size_t(device_smem_optin()))
+          launch_attend_config<AttendConfig<kHeadDim, Element, 8, 3, true>>(args, plan.tma, stream);
+        else
+          launch_attend_config<Wide>(args, plan.tma, stream);
+        return;
+      }
+    }
   }
   if constexpr (kHeadDim <= 128) {
     if (plan.warps >= 7) {
-      launch_attend_config<AttendConfig<kHeadDim, Element, 7, kStagesWide>>(args, stream);
+      // A fourth stage (about 160 KB in all at d = 128) keeps one more tile in flight where the device has the
+      // shared memory for it (sm_90: 227 KB; an A100's 163 KB does not).
+      if constexpr (kHeadDim == 128) {
+        using Deep = AttendConfig<kHeadDim, Element, 7, 4>;
+        if (plan.stages == 4 ||
+            (plan.stages == 0 && config_smem_bytes<Deep>(args) <= size_t(device_smem_optin()))) {
+          launch_attend_config<Deep>(args, plan.tma, stream);
+          return;
+        }
+      }
+      launch_attend_config<AttendConfig<kHeadDim, Element, 7, kStagesWide>>(args, plan.tma, stream);
       return;
     }
   }
-  launch_attend_config<AttendConfig<kHeadDim, Element, 4, kStagesWide>>(args, stream);
+  launch_attend_config<AttendConfig<kHeadDim, Element, 4, kStagesWide>>(args, plan.tma, stream);
 }
 
 }  // namespace dashattn::cuda

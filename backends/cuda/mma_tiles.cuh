@@ -69,9 +69,46 @@ __device__ __forceinline__ void mbar_arrive(uint32_t addr) {
 __device__ __forceinline__ void cp_async_mbar_arrive(uint32_t addr) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared.b64 [%0];\n" ::"r"(addr) : "memory");
 }
-// Waits until the phase of the given parity has completed.
+// Arrives on the barrier once this thread's earlier cp.async copies have completed, without consuming one of the
+// expected arrivals (the pending count is raised first): the phase then also waits for those copies.
+__device__ __forceinline__ void cp_async_mbar_arrive_inc(uint32_t addr) {
+  asm volatile("cp.async.mbarrier.arrive.shared.b64 [%0];\n" ::"r"(addr) : "memory");
+}
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// sm_90: makes barrier initialisations visible to the asynchronous proxy (the tensor copies that complete on them).
+__device__ __forceinline__ void fence_barrier_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+// sm_90: the current phase of the barrier also waits for `bytes` of asynchronous (tensor-copy) transactions.
+__device__ __forceinline__ void mbar_expect_tx(uint32_t addr, uint32_t bytes) {
+  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(addr), "r"(bytes) : "memory");
+}
+// sm_90 tensor copy of one box of a 4-d tensor map (coordinates innermost first) into shared memory, completing
+// as transactions on the barrier.
+__device__ __forceinline__ void tma_load_4d(uint32_t smem_dst, const void* tensor_map, uint32_t mbar, int c0, int c1,
+                                            int c2, int c3) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6}], "
+      "[%2];\n" ::"r"(smem_dst),
+      "l"(reinterpret_cast<uint64_t>(tensor_map)), "r"(mbar), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+      : "memory");
+}
+#endif
+
+// Waits until the phase of the given parity has completed. On sm_90 try_wait lets the hardware park the warp for a
+// while instead of spinning, so waiting warps do not take issue slots from the warps computing beside them.
 __device__ __forceinline__ void mbar_wait(uint32_t addr, uint32_t parity) {
   uint32_t done;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  do {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(addr), "r"(parity)
+        : "memory");
+  } while (!done);
+#else
   do {
     asm volatile(
         "{\n .reg .pred p;\n mbarrier.test_wait.parity.shared.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
@@ -79,6 +116,7 @@ __device__ __forceinline__ void mbar_wait(uint32_t addr, uint32_t parity) {
         : "r"(addr), "r"(parity)
         : "memory");
   } while (!done);
+#endif
 }
 
 // D = A * B + D with fp32 accumulation; Element selects the bf16 or f16 instruction.

@@ -1,7 +1,10 @@
 // Timings of the Stage-2 kernels at the paper's benchmark shapes (h_q = 32, h_kv = 2, d = 128, C = 64, bf16):
 // prefill at batch 1 and decoding (one new token) at batch 24, random masks at chunk sparsity 75 / 87.5 /
-// 93.75 % (each routable chunk kept with probability 1 - s, the diagonal always), plus the same kernel dense.
-// Medians of CUDA-event timings after warm-up, on random (non-zero) inputs.
+// 93.75 % (each routable chunk kept with probability 1 - s, the diagonal always), drawn per token (the worst case:
+// no two tokens share a tile by design) and per query chunk (all 64 tokens of a chunk share the draw, the locality
+// real routing has), plus the same kernel dense. Variants: tokens per CTA (consumer warps 7 / 4 / 1), tensor-copy
+// or cp.async loads, with and without the prior bias. Medians of CUDA-event timings after warm-up, on random
+// (non-zero) inputs.
 #include <cuda_runtime.h>
 
 #include <cuda_bf16.h>
@@ -46,9 +49,10 @@ __global__ void fill_bf16(__nv_bfloat16* p, size_t n, uint64_t seed) {
   }
 }
 
-// Random mask rows [b, h_kv, n_q, words]: chunk c < c_i kept with probability keep, the diagonal bit set.
+// Random mask rows [b, h_kv, n_q, words]: chunk c < c_i kept with probability keep, the diagonal bit set. With
+// per_chunk, the draw depends on the query chunk i / 64 instead of the token.
 __global__ void fill_mask(uint32_t* m, int64_t b, int64_t h_kv, int64_t n_q, int64_t n_k, int64_t words,
-                          float keep, uint64_t seed) {
+                          float keep, uint64_t seed, bool per_chunk = false) {
   const int64_t total = b * h_kv * n_q * words;
   const uint32_t thresh = uint32_t(double(keep) * 4294967295.0);
   for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < total; t += int64_t(gridDim.x) * blockDim.x) {
@@ -59,11 +63,17 @@ __global__ void fill_mask(uint32_t* m, int64_t b, int64_t h_kv, int64_t n_q, int
     uint32_t bits = 0;
     for (int e = 0; e < 32; ++e) {
       const int64_t c = w * 32 + e;
-      if (c < ci && hash32(seed ^ (uint64_t(t) * 32 + e) * 0x9e3779b97f4a7c15ull) < thresh) bits |= 1u << e;
+      const uint64_t row = per_chunk ? uint64_t((t / words - i) + i / 64) * uint64_t(words) + uint64_t(w)
+                                     : uint64_t(t);
+      if (c < ci && hash32(seed ^ (row * 32 + e) * 0x9e3779b97f4a7c15ull) < thresh) bits |= 1u << e;
       if (c == ci) bits |= 1u << e;
     }
     m[t] = bits;
   }
+}
+
+__global__ void fill_f32(float* p, size_t n, float value) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) p[i] = value;
 }
 
 float median(std::vector<float> v) {
@@ -88,8 +98,16 @@ struct Setup {
 };
 
 // Times one configuration; returns the median in ms.
+// Prior-bias inputs: summaries [1, chunks, h_kv, d], tau [b, h_q, n_q] far below every score (all weights
+// positive), mu [b, h_kv, n_q].
+struct BiasInputs {
+  void* summaries = nullptr;
+  float* tau = nullptr;
+  float* mu = nullptr;
+};
+
 float time_config(const Setup& st, void* q, void* k, void* v, void* o, uint32_t* mask, bool dense,
-                  cuda::AttendPlan plan, void* ws, int reps) {
+                  cuda::AttendPlan plan, void* ws, int reps, const BiasInputs* bias = nullptr) {
   ProblemShape s;
   s.batch = st.b;
   s.n_q = st.n_q;
@@ -127,6 +145,22 @@ float time_config(const Setup& st, void* q, void* k, void* v, void* o, uint32_t*
     m.stride = {st.h_kv * st.n_q * words, st.n_q * words, words, 1};
     p.routing.mask = m;
     p.method.prior = PriorMode::kNone;
+    if (bias != nullptr) {
+      p.method.prior = PriorMode::kRaw;
+      p.summaries = view4(bias->summaries, 1, s.max_chunks, st.h_kv, st.d);
+      auto rows = [&](float* data, int64_t heads) {
+        TensorView t;
+        t.data = data;
+        t.dtype = DType::kF32;
+        t.device = Device{DeviceType::kCuda, 0};
+        t.rank = 3;
+        t.shape = {st.b, heads, st.n_q, 1};
+        t.stride = {heads * st.n_q, st.n_q, 1, 0};
+        return t;
+      };
+      p.routing.tau = rows(bias->tau, st.h_q);
+      p.routing.mu = rows(bias->mu, st.h_kv);
+    }
     args = cuda::make_attend_args(p, s);
   }
   cudaEvent_t e0, e1;
@@ -183,39 +217,69 @@ void run_benchmark(int max_n_k_thousands) {
   CKB(cudaMalloc(&mask, mask_bytes));
   const size_t ws_bytes = size_t(64) * 24 * h_q * (d + 1) * 4 + 1024;
   CKB(cudaMalloc(&ws, ws_bytes));
+  BiasInputs bias;
+  const size_t summ_elems = size_t(max_n / 64 + 1) * h_kv * d;
+  CKB(cudaMalloc(&bias.summaries, summ_elems * 2));
+  CKB(cudaMalloc(&bias.tau, size_t(max_n) * h_q * 4));
+  CKB(cudaMalloc(&bias.mu, size_t(max_n) * h_kv * 4));
   fill_bf16<<<1024, 256>>>(static_cast<__nv_bfloat16*>(q), q_elems, 1);
   fill_bf16<<<1024, 256>>>(static_cast<__nv_bfloat16*>(k), kv_elems, 2);
   fill_bf16<<<1024, 256>>>(static_cast<__nv_bfloat16*>(v), kv_elems, 3);
+  fill_bf16<<<1024, 256>>>(static_cast<__nv_bfloat16*>(bias.summaries), summ_elems, 4);
+  fill_f32<<<1024, 256>>>(bias.tau, size_t(max_n) * h_q, -50.0f);
+  fill_f32<<<1024, 256>>>(bias.mu, size_t(max_n) * h_kv, 0.0f);
   CKB(cudaDeviceSynchronize());
 
   const double sparsities[3] = {0.75, 0.875, 0.9375};
-  std::printf("\nprefill b=1 h_q=32 h_kv=2 d=128 C=64 bf16 (ms; useful TFLOP/s)\n");
-  std::printf("%-6s %-7s %14s %14s %14s %14s\n", "N", "warps", "dense", "s=75%", "s=87.5%", "s=93.75%");
-  for (int64_t n = 16384; n <= max_n; n *= 2) {
+  struct Variant {
+    const char* name;
+    int warps;
+    bool tma, bias;
+    bool long_too;  // also at the longer lengths
+    int stages = 0;  // 0: the launcher's choice
+  };
+  const Variant variants[] = {{"tma w7", 7, true, false, true},        {"tma w1", 1, true, false, true},
+                              {"wgmma w8", 8, true, false, true},      {"wgmma w8 bias", 8, true, true, false},
+                              {"tma w7 bias", 7, true, true, false},   {"cp.async w7", 7, false, false, false},
+                              {"tma w7 s3", 7, true, false, false, 3}, {"wgmma w8 s3", 8, true, false, false, 3}};
+  std::printf("\nprefill b=1 h_q=32 h_kv=2 d=128 C=64 bf16: ms (useful TFLOP/s); masks per token | per query chunk\n");
+  std::printf("%-6s %-12s %15s | %15s %15s %15s | %15s %15s %15s\n", "N", "variant", "dense", "tok 75%",
+              "tok 87.5%", "tok 93.75%", "chunk 75%", "chunk 87.5%", "chunk 93.75%");
+  for (int64_t n = 32768; n <= max_n; n *= 2) {
     Setup st{1, n, n};
     const int64_t words = mask_words(n, 64);
-    for (int warps : {7, 4, 1}) {
-      if (warps != 7 && n != 32768) continue;  // the union-size experiment (tokens per CTA) at one length
+    for (const Variant& var : variants) {
+      if (n > 32768 && !var.long_too) continue;
       cuda::AttendPlan plan;
-      plan.warps = warps;
+      plan.warps = var.warps;
       plan.num_splits = 1;
-      const int reps = n >= 65536 ? 5 : 9;
-      float t_dense = warps == 7 ? time_config(st, q, k, v, o, mask, true, plan, ws, reps) : 0.0f;
+      plan.tma = var.tma;
+      plan.stages = var.stages;
+      const int reps = n >= 65536 ? 5 : 7;
       const double dense_flops = 4.0 * d * h_q * attended_keys(n, n, 1.0);
-      std::printf("%-6lld %-7d %7.3f %6.0f", (long long)n, warps, t_dense, t_dense > 0 ? dense_flops / t_dense / 1e9 : 0.0);
-      for (double sp : sparsities) {
-        fill_mask<<<2048, 256>>>(mask, 1, h_kv, n, n, words, float(1.0 - sp), 77);
-        const float t = time_config(st, q, k, v, o, mask, false, plan, ws, reps);
-        const double flops = 4.0 * d * h_q * attended_keys(n, n, 1.0 - sp);
-        std::printf(" %7.3f %6.0f", t, flops / t / 1e9);
+      std::printf("%-6lld %-12s", (long long)n, var.name);
+      if (!var.bias && var.warps != 4) {
+        const float t_dense = time_config(st, q, k, v, o, mask, true, plan, ws, reps);
+        std::printf(" %7.3f (%5.0f) |", t_dense, dense_flops / t_dense / 1e9);
+      } else {
+        std::printf(" %15s |", "-");
       }
-      std::printf("\n");
+      for (int per_chunk = 0; per_chunk < 2; ++per_chunk) {
+        for (double sp : sparsities) {
+          fill_mask<<<2048, 256>>>(mask, 1, h_kv, n, n, words, float(1.0 - sp), 77, per_chunk != 0);
+          const float t = time_config(st, q, k, v, o, mask, false, plan, ws, reps, var.bias ? &bias : nullptr);
+          const double flops = 4.0 * d * h_q * attended_keys(n, n, 1.0 - sp);
+          std::printf(" %7.3f (%5.0f)", t, flops / t / 1e9);
+        }
+        std::printf(per_chunk ? "\n" : " |");
+      }
+      std::fflush(stdout);
     }
   }
 
   std::printf("\ndecode b=24 n_q=1 h_q=32 h_kv=2 d=128 C=64 bf16 (us; TB/s of attended K+V)\n");
   std::printf("%-6s %-7s %14s %14s %14s %14s\n", "N", "splits", "dense", "s=75%", "s=87.5%", "s=93.75%");
-  for (int64_t n = 16384; n <= max_n; n *= 2) {
+  for (int64_t n = 32768; n <= max_n; n *= 2) {
     Setup st{24, 1, n};
     ProblemShape s;
     s.batch = 24; s.n_q = 1; s.n_k = n; s.h_q = h_q; s.h_kv = h_kv; s.group = 16; s.d = d;
@@ -239,6 +303,9 @@ void run_benchmark(int max_n_k_thousands) {
   CKB(cudaFree(o));
   CKB(cudaFree(mask));
   CKB(cudaFree(ws));
+  CKB(cudaFree(bias.summaries));
+  CKB(cudaFree(bias.tau));
+  CKB(cudaFree(bias.mu));
 }
 
 }  // namespace attend_check

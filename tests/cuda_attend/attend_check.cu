@@ -407,6 +407,14 @@ std::vector<Case> conformance_cases() {
   { Case c = base; c.name = "dense g16"; c.dense = true; add(c); }
   { Case c = base; c.name = "dense g2 d64 decode"; c.dense = true; c.d = 64; c.h_q = 4; c.h_kv = 2; c.n_q = {1, 4}; c.n_k = {3000, 2500}; add(c); }
   { Case c = base; c.name = "o f32"; c.o_dtype = DType::kF32; c.n_q = {130}; c.n_k = {190}; add(c); }
+  // The warpgroup (wgmma) tiling of d = 128: 8 consumer warps, 4 tokens per warpgroup (the mma.sync path where
+  // wgmma is not available).
+  { Case c = base; c.name = "wgmma g16 n300"; c.warps = 8; add(c); }
+  { Case c = base; c.name = "wgmma f16 prior raw"; c.warps = 8; c.dtype = c.o_dtype = DType::kF16; c.prior = PriorMode::kRaw; c.n_q = {200}; c.n_k = {260}; add(c); }
+  { Case c = base; c.name = "wgmma dense"; c.warps = 8; c.dense = true; c.n_q = {333}; c.n_k = {333}; add(c); }
+  { Case c = base; c.name = "wgmma g4 C16 estimate"; c.warps = 8; c.h_q = 8; c.h_kv = 2; c.chunk = 16; c.prior = PriorMode::kEstimateDiagonal; c.n_q = {257}; c.n_k = {257}; add(c); }
+  { Case c = base; c.name = "wgmma varlen"; c.warps = 8; c.h_q = 32; c.h_kv = 2; c.n_q = {50, 190, 3}; c.n_k = {50, 190, 700}; c.varlen = true; add(c); }
+  { Case c = base; c.name = "wgmma padded o f32"; c.warps = 8; c.o_dtype = DType::kF32; c.n_q = {100, 37}; c.n_k = {100, 300}; c.lengths = true; c.bhnd = true; add(c); }
   return cs;
 }
 

@@ -25,12 +25,13 @@ def median_ms(fn, reps):
     return times[len(times) // 2]
 
 
-def main(max_k):
+def main(max_k, min_k=16, prefill_only=False):
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}")
     print(f"{'case':<22} {'cudnn ms':>10} {'flash ms':>10}")
-    n = 16384
+    n = min_k * 1024
     while n <= max_k * 1024:
-        for name, b, nq in (("prefill", 1, n), ("decode b24", 24, 1)):
+        cases = (("prefill", 1, n),) if prefill_only else (("prefill", 1, n), ("decode b24", 24, 1))
+        for name, b, nq in cases:
             q = torch.randn(b, 32, nq, 128, device="cuda", dtype=torch.bfloat16)
             k = torch.randn(b, 2, n, 128, device="cuda", dtype=torch.bfloat16)
             v = torch.randn(b, 2, n, 128, device="cuda", dtype=torch.bfloat16)
@@ -50,4 +51,6 @@ def main(max_k):
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 64)
+    # Usage: torch_dense_baseline.py [max K] [min K] [--prefill]
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    main(int(args[0]) if args else 64, int(args[1]) if len(args) > 1 else 16, "--prefill" in sys.argv)
