@@ -33,6 +33,9 @@ constexpr int kStageChunks = 64;   // chunks per pipelined summary tile
 constexpr int kSubChunks = 16;     // chunks per MMA sub-tile (two n8 tiles)
 constexpr int kSubTiles = kStageChunks / kSubChunks;
 constexpr int kFastListCap = 96;   // candidates per list column; lists hold value (f32) + chunk id (u16)
+// A column's entries are contiguous, columns kListStride apart: odd, so that one thread per column (the solver)
+// and one warp along a column (the emit) both reach 32 different banks.
+constexpr int kListStride = kFastListCap + 1;
 constexpr int kMaxStages = 4;
 constexpr int kMaxListChunk = 65535;  // chunk ids are stored in 16 bits
 static_assert(kSubTiles == kWarps, "split blocks give one sub-tile of every tile to each warp");
@@ -41,15 +44,14 @@ template <int kHeadDim>
 struct FastSmem {
   using C = Config<kHeadDim>;
   static constexpr size_t kStageBytes = size_t(kStageChunks) * C::kTileStride * 2;
-  static constexpr size_t kValBytes = size_t(kFastListCap) * C::kRows * 4;
-  static constexpr size_t kIdBytes = size_t(kFastListCap) * C::kRows * 2;
-  static constexpr size_t kRowBytes = size_t(C::kRows) * 3 * 4;  // column counts, row limits, row τ
+  static constexpr size_t kValBytes = (size_t(kListStride) * C::kRows * 4 + 15) / 16 * 16;
+  static constexpr size_t kIdBytes = (size_t(kListStride) * C::kRows * 2 + 15) / 16 * 16;
+  static constexpr size_t kRowBytes = size_t(C::kRows) * 4 * 4;  // column counts and maxima, row limits, row τ
   static size_t bytes(int stages) { return size_t(stages) * kStageBytes + kValBytes + kIdBytes + kRowBytes; }
 };
 
 // The candidates of row `row`: list columns row, row + stride, ... (one per warp of a split block, `segments` of
 // them) concatenated; end0..end2 are the running lengths after the first three segments.
-template <int kRows>
 struct SegmentedList {
   const float* vals;
   int row, stride, end0, end1, end2;
@@ -67,22 +69,21 @@ struct SegmentedList {
         }
       }
     }
-    return vals[(i - begin) * kRows + s * stride + row];
+    return vals[(s * stride + row) * kListStride + (i - begin)];
   }
 };
 
 // Drops the entries x ≤ th of list column `col` (n entries), keeping their order; run by the four lanes of the
 // quad that owns the row (mask qmask, leader lane `leader`). Returns the new length in every lane of the quad.
-template <int kRows>
 __device__ __forceinline__ int compact_column(float* vals, uint16_t* ids, int col, int n, float th, bool leader,
                                               unsigned qmask, int leader_lane) {
   int kept = 0;
   if (leader) {
     for (int i = 0; i < n; ++i) {
-      const float v = vals[i * kRows + col];
+      const float v = vals[col * kListStride + i];
       if (v > th) {
-        vals[kept * kRows + col] = v;
-        ids[kept * kRows + col] = ids[i * kRows + col];
+        vals[col * kListStride + kept] = v;
+        ids[col * kListStride + kept] = ids[col * kListStride + i];
         ++kept;
       }
     }
@@ -110,6 +111,7 @@ __global__ void __launch_bounds__(kThreads, 1) route_fast_kernel(RouteArgs a) {
   int* col_count = reinterpret_cast<int*>(smem + stages * S::kStageBytes + S::kValBytes + S::kIdBytes);
   int* row_limit = col_count + kRows;
   float* row_tau = reinterpret_cast<float*>(row_limit + kRows);
+  float* col_max = row_tau + kRows;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int grp = lane >> 2, quad = lane & 3;
@@ -143,26 +145,30 @@ __global__ void __launch_bounds__(kThreads, 1) route_fast_kernel(RouteArgs a) {
   const int row_base = split ? 0 : warp * kWarpRows;
   const int col_base = warp * kWarpRows;  // this warp's list columns
 
+  // Q rows staged through the (still idle) tile buffers with 16-byte copies, then read as A fragments with
+  // ldmatrix: all loads in flight at once. Rows without a query read as zeros.
+  static_assert(size_t(C::kRows) * C::kTileStride * 2 <= 2 * S::kStageBytes, "Q fits in two tile buffers");
+  {
+    const T* q_any = a.q.ptr<T>(sp.batch_index, sp.q_begin, int64_t(r) * g, 0);
+    for (int v = tid; v < kRows * kVecPerRow; v += kThreads) {
+      const int rho = v / kVecPerRow, col = (v % kVecPerRow) * 8;
+      const bool valid = rho < rows_used && tok0 + rho / g < sp.n_q;
+      const T* src =
+          valid ? a.q.ptr<T>(sp.batch_index, sp.q_begin + tok0 + rho / g, int64_t(r) * g + rho % g, col) : q_any;
+      cp_async_16(stage_buf + rho * C::kTileStride + col, src, valid ? 16 : 0);
+    }
+    cp_async_commit();
+    cp_async_wait(0);
+  }
+  __syncthreads();
   uint32_t qf[kMT][kKS][4];
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt) {
+    const uint16_t* arow = stage_buf + (row_base + mt * 16 + (lane & 15)) * C::kTileStride + (lane >> 4) * 8;
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int rho = row_base + mt * 16 + grp + 8 * h;
-      const bool valid = rho < rows_used && tok0 + rho / g < sp.n_q;
-      const T* qrow = valid ? a.q.ptr<T>(sp.batch_index, sp.q_begin + tok0 + rho / g, int64_t(r) * g + rho % g, 0)
-                            : nullptr;
-#pragma unroll
-      for (int ks = 0; ks < kKS; ++ks) {
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int e = ks * 16 + half * 8 + quad * 2;
-          qf[mt][ks][h + 2 * half] = valid ? pack2(qrow[e], qrow[e + 1]) : 0u;
-        }
-      }
-    }
+    for (int ks = 0; ks < kKS; ++ks) ldmatrix_x4(qf[mt][ks], arow + ks * 16);
   }
-  __syncthreads();
+  __syncthreads();  // the tile buffers are free again
   int lim[kMT][2];
   bool mt_active[kMT];
 #pragma unroll
@@ -293,7 +299,7 @@ __global__ void __launch_bounds__(kThreads, 1) route_fast_kernel(RouteArgs a) {
             const int add = __popc(bits);
             const int col_idx = col_base + mt * 16 + grp + 8 * h;
             if (cnt[mt][h] + add > kCap) {
-              cnt[mt][h] = compact_column<kRows>(list_val, list_id, col_idx, cnt[mt][h], th[mt][h], quad == 0, qmask,
+              cnt[mt][h] = compact_column(list_val, list_id, col_idx, cnt[mt][h], th[mt][h], quad == 0, qmask,
                                                  lane & ~3);
               if (cnt[mt][h] + add > kCap) {
                 cnt[mt][h] = kCap + 1;
@@ -307,8 +313,8 @@ __global__ void __launch_bounds__(kThreads, 1) route_fast_kernel(RouteArgs a) {
                 const int col = n * 8 + quad * 2 + j;
                 if (bits & (1u << col)) {
                   const int slot = cnt[mt][h] + __popc(bits & ((1u << col) - 1u));
-                  list_val[slot * kRows + col_idx] = acc[mt][n][2 * h + j];
-                  list_id[slot * kRows + col_idx] = static_cast<uint16_t>(c0 + col);
+                  list_val[col_idx * kListStride + slot] = acc[mt][n][2 * h + j];
+                  list_id[col_idx * kListStride + slot] = static_cast<uint16_t>(c0 + col);
                 }
               }
             cnt[mt][h] += add;
@@ -336,12 +342,38 @@ __global__ void __launch_bounds__(kThreads, 1) route_fast_kernel(RouteArgs a) {
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) col_count[col_base + mt * 16 + grp + 8 * h] = cnt[mt][h];
+      for (int h = 0; h < 2; ++h) {
+        col_count[col_base + mt * 16 + grp + 8 * h] = cnt[mt][h];
+        col_max[col_base + mt * 16 + grp + 8 * h] = mrun[mt][h];
+      }
+  }
+  __syncthreads();
+
+  // Lists against the final threshold of their row (a split row's maximum is over its segments): what stays is
+  // exactly {x > m − 1 − margin} of each segment, in chunk order, so the solver sees what a two-pass search would
+  // give it, however much the running maximum rose during the sweep.
+  const int segments = split ? kWarps : 1;
+  for (int col = tid; col < kRows; col += kThreads) {
+    const int rho = split ? col % kWarpRows : col;
+    if (rho >= rows_used || (split && col >= kWarps * kWarpRows)) continue;
+    float m = -INFINITY;
+    for (int s = 0; s < segments; ++s) m = fmaxf(m, col_max[split ? s * kWarpRows + rho : col]);
+    const float th = candidate_threshold(m);
+    const int n = col_count[col];
+    int kept = 0;
+    for (int e = 0; e < n; ++e) {
+      const float v = list_val[col * kListStride + e];
+      if (v > th) {
+        list_val[col * kListStride + kept] = v;
+        list_id[col * kListStride + kept] = list_id[col * kListStride + e];
+        ++kept;
+      }
+    }
+    col_count[col] = kept;
   }
   __syncthreads();
 
   // ---- Exact τ per row from its list (segments in warp order for a split block) ----
-  const int segments = split ? kWarps : 1;
   for (int rho = tid; rho < rows_used; rho += kThreads) {
     float tau = NAN;
     if (row_limit[rho] > 0) {
@@ -352,7 +384,7 @@ __global__ void __launch_bounds__(kThreads, 1) route_fast_kernel(RouteArgs a) {
         if (s < segments) n += col_count[s * kWarpRows + rho];
         ends[s] = n;
       }
-      const SegmentedList<kRows> list{list_val, rho, kWarpRows, ends[0], ends[1], ends[2]};
+      const SegmentedList list{list_val, rho, kWarpRows, ends[0], ends[1], ends[2]};
       tau = static_cast<float>(entmax_threshold(list, n, a.alpha, a.solver).tau);
     }
     row_tau[rho] = tau;
@@ -384,13 +416,26 @@ __global__ void __launch_bounds__(kThreads, 1) route_fast_kernel(RouteArgs a) {
     auto for_each_candidate = [&](int c_lo, auto&& fn) {
       for (int h = 0; h < g; ++h) {
         const int rho = t * g + h;
-        for (int s = 0; s < segments; ++s) {
-          const int col = s * kWarpRows + rho;
-          const int n = col_count[col];
-          for (int e = lane; e < n; e += 32) {
-            const int c = list_id[e * kRows + col] - c_lo;
-            if (c >= 0 && c < window) fn(rho, c, list_val[e * kRows + col]);
+        // The head's segments as one index range: lane k takes entries k, k + 32, ...
+        int ends[kWarps];
+        int total = 0;
+#pragma unroll
+        for (int s = 0; s < kWarps; ++s) {
+          if (s < segments) total += col_count[s * kWarpRows + rho];
+          ends[s] = total;
+        }
+        for (int e = lane; e < total; e += 32) {
+          int s = 0, begin = 0;
+#pragma unroll
+          for (int k = 0; k + 1 < kWarps; ++k) {
+            if (e >= ends[k]) {
+              s = k + 1;
+              begin = ends[k];
+            }
           }
+          const int col = s * kWarpRows + rho;
+          const int c = list_id[col * kListStride + e - begin] - c_lo;
+          if (c >= 0 && c < window) fn(rho, c, list_val[col * kListStride + e - begin]);
         }
         __syncwarp();
       }

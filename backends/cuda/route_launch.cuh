@@ -1,6 +1,6 @@
 // Stage-1 launcher of one (head dim, dtype) instance: the single-sweep kernel (route_fast.cuh) for every block,
-// then the multi-pass kernel (route_kernels.cuh) for the blocks whose candidate lists overflowed. Summaries that
-// are not 16-byte aligned go to the multi-pass kernel alone. Included only by the generated route_hdim*_*.cu.
+// then the multi-pass kernel (route_kernels.cuh) for the blocks whose candidate lists overflowed. Queries or
+// summaries whose rows are not 16-byte aligned go to the multi-pass kernel alone. Included only by the generated route_hdim*_*.cu.
 #pragma once
 
 #include <string>
@@ -45,7 +45,10 @@ void route_instance(const RouteParams& p, const ProblemShape& s, cudaStream_t st
   }
   const dim3 grid(static_cast<unsigned>(blocks_x), static_cast<unsigned>(s.h_kv), static_cast<unsigned>(s.batch));
   // Cheap and free of synchronization (allowed during graph capture), so set on every launch.
-  if (a.summaries_vec16) {
+  const auto q_addr = reinterpret_cast<uintptr_t>(p.q.data);
+  const bool q_vec16 =
+      q_addr % 16 == 0 && p.q.stride[0] % 8 == 0 && p.q.stride[1] % 8 == 0 && p.q.stride[2] % 8 == 0;
+  if (a.summaries_vec16 && q_vec16) {
     // Blocks of one warp's rows (decode) are few and latency-bound: a deeper ring. Prefill keeps two tiles in
     // flight so that two blocks fit on a multiprocessor.
     a.stages = s.n_q * s.group <= C::kMTiles * 16 ? kMaxStages : 2;
