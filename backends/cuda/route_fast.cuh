@@ -32,10 +32,12 @@ namespace route_detail {
 constexpr int kStageChunks = 64;   // chunks per pipelined summary tile
 constexpr int kSubChunks = 16;     // chunks per MMA sub-tile (two n8 tiles)
 constexpr int kSubTiles = kStageChunks / kSubChunks;
-constexpr int kFastListCap = 96;   // candidates per list column; lists hold value (f32) + chunk id (u16)
-// A column's entries are contiguous, columns kListStride apart: odd, so that one thread per column (the solver)
+// Candidates per list column (value f32 + chunk id u16), chosen per launch: small for prefill so that three
+// blocks share a multiprocessor, large for decode, whose few blocks each see every chunk of their sequence.
+// A column's entries are contiguous, columns cap + 1 apart (odd), so that one thread per column (the solver)
 // and one warp along a column (the emit) both reach 32 different banks.
-constexpr int kListStride = kFastListCap + 1;
+constexpr int kPrefillListCap = 48;
+constexpr int kDecodeListCap = 96;
 constexpr int kMaxStages = 4;
 constexpr int kMaxListChunk = 65535;  // chunk ids are stored in 16 bits
 static_assert(kSubTiles == kWarps, "split blocks give one sub-tile of every tile to each warp");
@@ -44,17 +46,19 @@ template <int kHeadDim>
 struct FastSmem {
   using C = Config<kHeadDim>;
   static constexpr size_t kStageBytes = size_t(kStageChunks) * C::kTileStride * 2;
-  static constexpr size_t kValBytes = (size_t(kListStride) * C::kRows * 4 + 15) / 16 * 16;
-  static constexpr size_t kIdBytes = (size_t(kListStride) * C::kRows * 2 + 15) / 16 * 16;
+  __host__ __device__ static size_t val_bytes(int cap) { return (size_t(cap + 1) * C::kRows * 4 + 15) / 16 * 16; }
+  __host__ __device__ static size_t id_bytes(int cap) { return (size_t(cap + 1) * C::kRows * 2 + 15) / 16 * 16; }
   static constexpr size_t kRowBytes = size_t(C::kRows) * 4 * 4;  // column counts and maxima, row limits, row τ
-  static size_t bytes(int stages) { return size_t(stages) * kStageBytes + kValBytes + kIdBytes + kRowBytes; }
+  static size_t bytes(int stages, int cap) {
+    return size_t(stages) * kStageBytes + val_bytes(cap) + id_bytes(cap) + kRowBytes;
+  }
 };
 
 // The candidates of row `row`: list columns row, row + stride, ... (one per warp of a split block, `segments` of
 // them) concatenated; end0..end2 are the running lengths after the first three segments.
 struct SegmentedList {
   const float* vals;
-  int row, stride, end0, end1, end2;
+  int row, stride, list_stride, end0, end1, end2;
   __device__ float operator()(int i) const {
     int s = 0, begin = 0;
     if (i >= end0) {
@@ -69,21 +73,21 @@ struct SegmentedList {
         }
       }
     }
-    return vals[(s * stride + row) * kListStride + (i - begin)];
+    return vals[(s * stride + row) * list_stride + (i - begin)];
   }
 };
 
 // Drops the entries x ≤ th of list column `col` (n entries), keeping their order; run by the four lanes of the
 // quad that owns the row (mask qmask, leader lane `leader`). Returns the new length in every lane of the quad.
-__device__ __forceinline__ int compact_column(float* vals, uint16_t* ids, int col, int n, float th, bool leader,
-                                              unsigned qmask, int leader_lane) {
+__device__ __forceinline__ int compact_column(float* vals, uint16_t* ids, int list_stride, int col, int n, float th,
+                                              bool leader, unsigned qmask, int leader_lane) {
   int kept = 0;
   if (leader) {
     for (int i = 0; i < n; ++i) {
-      const float v = vals[col * kListStride + i];
+      const float v = vals[col * list_stride + i];
       if (v > th) {
-        vals[col * kListStride + kept] = v;
-        ids[col * kListStride + kept] = ids[col * kListStride + i];
+        vals[col * list_stride + kept] = v;
+        ids[col * list_stride + kept] = ids[col * list_stride + i];
         ++kept;
       }
     }
@@ -100,15 +104,17 @@ template <int kHeadDim, typename T>
 __global__ void __launch_bounds__(kThreads, 1) route_fast_kernel(RouteArgs a) {
   using C = Config<kHeadDim>;
   using S = FastSmem<kHeadDim>;
-  constexpr int kRows = C::kRows, kMT = C::kMTiles, kKS = C::kKSteps, kCap = kFastListCap;
+  constexpr int kRows = C::kRows, kMT = C::kMTiles, kKS = C::kKSteps;
   constexpr int kWarpRows = kMT * 16;
   constexpr int kVecPerRow = kHeadDim / 8;
   extern __shared__ __align__(16) unsigned char smem[];
   const int stages = a.stages;
+  const int cap = a.list_cap, lstride = a.list_cap + 1;
   uint16_t* stage_buf = reinterpret_cast<uint16_t*>(smem);
   float* list_val = reinterpret_cast<float*>(smem + stages * S::kStageBytes);
-  uint16_t* list_id = reinterpret_cast<uint16_t*>(smem + stages * S::kStageBytes + S::kValBytes);
-  int* col_count = reinterpret_cast<int*>(smem + stages * S::kStageBytes + S::kValBytes + S::kIdBytes);
+  uint16_t* list_id = reinterpret_cast<uint16_t*>(smem + stages * S::kStageBytes + S::val_bytes(cap));
+  int* col_count =
+      reinterpret_cast<int*>(smem + stages * S::kStageBytes + S::val_bytes(cap) + S::id_bytes(cap));
   int* row_limit = col_count + kRows;
   float* row_tau = reinterpret_cast<float*>(row_limit + kRows);
   float* col_max = row_tau + kRows;
@@ -192,7 +198,7 @@ __global__ void __launch_bounds__(kThreads, 1) route_fast_kernel(RouteArgs a) {
 
   // ---- The sweep: running maxima and candidate lists ----
   float mrun[kMT][2], th[kMT][2];
-  int cnt[kMT][2];  // > kCap: the row overflowed
+  int cnt[kMT][2];  // > cap: the row overflowed
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
@@ -295,14 +301,14 @@ __global__ void __launch_bounds__(kThreads, 1) route_fast_kernel(RouteArgs a) {
             uint32_t bits = lb[mt][h];
             bits |= __shfl_xor_sync(0xffffffffu, bits, 1);
             bits |= __shfl_xor_sync(0xffffffffu, bits, 2);
-            if (bits == 0u || cnt[mt][h] > kCap) continue;  // quad-uniform
+            if (bits == 0u || cnt[mt][h] > cap) continue;  // quad-uniform
             const int add = __popc(bits);
             const int col_idx = col_base + mt * 16 + grp + 8 * h;
-            if (cnt[mt][h] + add > kCap) {
-              cnt[mt][h] = compact_column(list_val, list_id, col_idx, cnt[mt][h], th[mt][h], quad == 0, qmask,
+            if (cnt[mt][h] + add > cap) {
+              cnt[mt][h] = compact_column(list_val, list_id, lstride, col_idx, cnt[mt][h], th[mt][h], quad == 0, qmask,
                                                  lane & ~3);
-              if (cnt[mt][h] + add > kCap) {
-                cnt[mt][h] = kCap + 1;
+              if (cnt[mt][h] + add > cap) {
+                cnt[mt][h] = cap + 1;
                 continue;
               }
             }
@@ -313,8 +319,8 @@ __global__ void __launch_bounds__(kThreads, 1) route_fast_kernel(RouteArgs a) {
                 const int col = n * 8 + quad * 2 + j;
                 if (bits & (1u << col)) {
                   const int slot = cnt[mt][h] + __popc(bits & ((1u << col) - 1u));
-                  list_val[col_idx * kListStride + slot] = acc[mt][n][2 * h + j];
-                  list_id[col_idx * kListStride + slot] = static_cast<uint16_t>(c0 + col);
+                  list_val[col_idx * lstride + slot] = acc[mt][n][2 * h + j];
+                  list_id[col_idx * lstride + slot] = static_cast<uint16_t>(c0 + col);
                 }
               }
             cnt[mt][h] += add;
@@ -325,7 +331,7 @@ __global__ void __launch_bounds__(kThreads, 1) route_fast_kernel(RouteArgs a) {
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) row_overflow |= cnt[mt][h] > kCap;
+      for (int h = 0; h < 2; ++h) row_overflow |= cnt[mt][h] > cap;
     overflow = __syncthreads_or(row_overflow);
   }
   cp_async_wait(0);
@@ -362,10 +368,10 @@ __global__ void __launch_bounds__(kThreads, 1) route_fast_kernel(RouteArgs a) {
     const int n = col_count[col];
     int kept = 0;
     for (int e = 0; e < n; ++e) {
-      const float v = list_val[col * kListStride + e];
+      const float v = list_val[col * lstride + e];
       if (v > th) {
-        list_val[col * kListStride + kept] = v;
-        list_id[col * kListStride + kept] = list_id[col * kListStride + e];
+        list_val[col * lstride + kept] = v;
+        list_id[col * lstride + kept] = list_id[col * lstride + e];
         ++kept;
       }
     }
@@ -384,7 +390,7 @@ __global__ void __launch_bounds__(kThreads, 1) route_fast_kernel(RouteArgs a) {
         if (s < segments) n += col_count[s * kWarpRows + rho];
         ends[s] = n;
       }
-      const SegmentedList list{list_val, rho, kWarpRows, ends[0], ends[1], ends[2]};
+      const SegmentedList list{list_val, rho, kWarpRows, lstride, ends[0], ends[1], ends[2]};
       tau = static_cast<float>(entmax_threshold(list, n, a.alpha, a.solver).tau);
     }
     row_tau[rho] = tau;
@@ -434,8 +440,8 @@ __global__ void __launch_bounds__(kThreads, 1) route_fast_kernel(RouteArgs a) {
             }
           }
           const int col = s * kWarpRows + rho;
-          const int c = list_id[col * kListStride + e - begin] - c_lo;
-          if (c >= 0 && c < window) fn(rho, c, list_val[col * kListStride + e - begin]);
+          const int c = list_id[col * lstride + e - begin] - c_lo;
+          if (c >= 0 && c < window) fn(rho, c, list_val[col * lstride + e - begin]);
         }
         __syncwarp();
       }

@@ -40,6 +40,7 @@ struct RouteArgs {
   bool summaries_vec16;    // 16-byte aligned summary rows: vector loads
   bool only_flagged;       // multi-pass kernel: run only the blocks the single-sweep kernel handed over
   int stages;              // single-sweep kernel: summary tiles in flight (2..4)
+  int list_cap;            // single-sweep kernel: candidates per list column
 };
 
 // τ bit pattern (a NaN no arithmetic produces) with which the single-sweep kernel marks, in the first row of a

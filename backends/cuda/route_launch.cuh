@@ -49,10 +49,12 @@ void route_instance(const RouteParams& p, const ProblemShape& s, cudaStream_t st
   const bool q_vec16 =
       q_addr % 16 == 0 && p.q.stride[0] % 8 == 0 && p.q.stride[1] % 8 == 0 && p.q.stride[2] % 8 == 0;
   if (a.summaries_vec16 && q_vec16) {
-    // Blocks of one warp's rows (decode) are few and latency-bound: a deeper ring. Prefill keeps two tiles in
-    // flight so that two blocks fit on a multiprocessor.
-    a.stages = s.n_q * s.group <= C::kMTiles * 16 ? kMaxStages : 2;
-    const size_t fast_smem = FastSmem<kHeadDim>::bytes(a.stages);
+    // Blocks of one warp's rows (decode) are few and latency-bound: a deeper ring and longer lists. Prefill keeps
+    // two tiles in flight and short lists so that three blocks fit on a multiprocessor.
+    const bool decode_like = s.n_q * s.group <= C::kMTiles * 16;
+    a.stages = decode_like ? kMaxStages : 2;
+    a.list_cap = decode_like ? kDecodeListCap : kPrefillListCap;
+    const size_t fast_smem = FastSmem<kHeadDim>::bytes(a.stages, a.list_cap);
     DASHATTN_CUDA_CHECK(cudaFuncSetAttribute(route_fast_kernel<kHeadDim, T>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              static_cast<int>(fast_smem)));
