@@ -62,7 +62,8 @@ struct AttendConfig {
   static constexpr uint32_t kTileBytes = uint32_t(kTileElems) * sizeof(Element);
   static constexpr size_t kRingBytes = size_t(kStages) * 2 * kTileBytes;
   static constexpr size_t kQBytes = size_t(kRows) * kHeadDim * sizeof(Element);
-  static constexpr size_t kBiasBytes = size_t(kStages) * kRows * 4 * sizeof(float);  // [stage][token slot][chunk]
+  static constexpr int kBiasScratch = 4 * (kRows < 32 ? 32 : kRows);  // head weights of one batch of bias items
+  static constexpr size_t kBiasBytes = (size_t(kStages) * kRows * 4 + kBiasScratch) * sizeof(float);
   static constexpr size_t kBarrierBytes = size_t(2 * kStages) * 8 + 16;
   static constexpr size_t kFixedBytes = kRingBytes + kQBytes + kBiasBytes + kBarrierBytes;
   static size_t smem_bytes(int union_words) { return 1024 + kFixedBytes + size_t(union_words) * 4; }
@@ -156,22 +157,94 @@ __device__ float chunk_bias_log2(const AttendArgs& a, const SequenceSpan& sp, in
 
 // The producer warp's bias table of one stage: entry [token slot][chunk of the tile] for the CTA's tokens, the
 // bias of each routed chunk (c < c_i with its bit set) and 0 elsewhere (such entries are masked or diagonal).
+// The work is one dot product <q_h, kbar_c> per (token, chunk, head) unit; the 32 lanes take different units so
+// their loads are in flight together (one warp per unit, with a latency chain per head, was far slower than the
+// tile it served), park the head weights in `scratch`, then sum each item's heads in head order.
 template <class Cfg>
 __device__ void fill_stage_bias(const AttendArgs& a, const SequenceSpan& sp, int64_t seq, int kv_head,
-                                int64_t first_token, int n_tokens, int64_t k0, float* table, int lane) {
+                                int64_t first_token, int n_tokens, int64_t k0, float* table, float* scratch,
+                                int lane) {
+  using Element = typename Cfg::Element;
+  constexpr int D = Cfg::kHeadDim;
+  constexpr int kScratch = Cfg::kBiasScratch;
+  const int g = a.group;
   const int per_tile = a.chunk >= kTileKeys ? 1 : (kTileKeys >> a.log2_chunk);
   const int64_t c0 = k0 >> a.log2_chunk;
-  for (int t = 0; t < n_tokens; ++t) {
-    const int64_t token = first_token + t;
-    const int64_t diag = (sp.n_k - sp.n_q + token) >> a.log2_chunk;
-    const uint32_t* mrow = mask_row_ptr(a, sp, kv_head, token);
-    for (int qd = 0; qd < per_tile; ++qd) {
+  const int n_items = n_tokens * per_tile;
+  if (g > kScratch) {  // groups wider than the scratch: one warp per item
+    for (int item = 0; item < n_items; ++item) {
+      const int t = item / per_tile, qd = item % per_tile;
+      const int64_t token = first_token + t;
       const int64_t c = c0 + qd;
+      const int64_t diag = (sp.n_k - sp.n_q + token) >> a.log2_chunk;
+      const uint32_t* mrow = mask_row_ptr(a, sp, kv_head, token);
       float bias = 0.0f;
       if (c < diag && ((mrow[c >> 5] >> (c & 31)) & 1u))
         bias = chunk_bias_log2<Cfg>(a, sp, seq, kv_head, token, c, lane);
       if (lane == 0) table[t * 4 + qd] = bias;
     }
+    return;
+  }
+  const Element* qb = static_cast<const Element*>(a.q.data);
+  const float x_scale = (a.alpha - 1.0f) * a.gamma * rsqrtf(float(D));
+  const int items_per_batch = kScratch / g;
+  for (int item0 = 0; item0 < n_items; item0 += items_per_batch) {
+    const int batch_items = min(items_per_batch, n_items - item0);
+    for (int u = lane; u < batch_items * g; u += 32) {
+      const int item = item0 + u / g, h = u % g;
+      const int t = item / per_tile, qd = item % per_tile;
+      const int64_t token = first_token + t;
+      const int64_t c = c0 + qd;
+      const int64_t diag = (sp.n_k - sp.n_q + token) >> a.log2_chunk;
+      const uint32_t* mrow = mask_row_ptr(a, sp, kv_head, token);
+      float wh = 0.0f;
+      if (c < diag && ((mrow[c >> 5] >> (c & 31)) & 1u)) {
+        const int qh = kv_head * g + h;
+        const Element* qrow = qb + a.q.offset(sp.batch_index, sp.q_begin + token, qh);
+        const Element* kbar = static_cast<const Element*>(a.summaries.data) + a.summaries.offset(seq, c, kv_head);
+        float dot0 = 0.0f, dot1 = 0.0f;
+#pragma unroll 4
+        for (int e = 0; e < D; e += 16) {
+          const uint4 q0 = __ldg(reinterpret_cast<const uint4*>(qrow + e));
+          const uint4 q1 = __ldg(reinterpret_cast<const uint4*>(qrow + e + 8));
+          const uint4 k0v = __ldg(reinterpret_cast<const uint4*>(kbar + e));
+          const uint4 k1v = __ldg(reinterpret_cast<const uint4*>(kbar + e + 8));
+          const Element* qe0 = reinterpret_cast<const Element*>(&q0);
+          const Element* qe1 = reinterpret_cast<const Element*>(&q1);
+          const Element* ke0 = reinterpret_cast<const Element*>(&k0v);
+          const Element* ke1 = reinterpret_cast<const Element*>(&k1v);
+#pragma unroll
+          for (int v = 0; v < 8; ++v) {
+            dot0 = fmaf(float(qe0[v]), float(ke0[v]), dot0);
+            dot1 = fmaf(float(qe1[v]), float(ke1[v]), dot1);
+          }
+        }
+        const float tau = static_cast<const float*>(a.tau.data)[row_output_offset(a.tau, sp, qh, token)];
+        wh = entmax_weight(x_scale * (dot0 + dot1), tau, a.alpha);
+      }
+      scratch[u] = wh;
+    }
+    __syncwarp();
+    for (int i = lane; i < batch_items; i += 32) {
+      const int item = item0 + i;
+      const int t = item / per_tile, qd = item % per_tile;
+      const int64_t token = first_token + t;
+      const int64_t c = c0 + qd;
+      const int64_t diag = (sp.n_k - sp.n_q + token) >> a.log2_chunk;
+      const uint32_t* mrow = mask_row_ptr(a, sp, kv_head, token);
+      float bias = 0.0f;
+      if (c < diag && ((mrow[c >> 5] >> (c & 31)) & 1u)) {
+        float sum = 0.0f;
+        for (int h = 0; h < g; ++h) sum += scratch[i * g + h];
+        float w = sum / float(g);
+        // The mask bit is ground truth: a weight that recomputes to zero still gets a finite bias.
+        if (!(w > 0.0f)) w = kMinRoutedWeight;
+        const float mu = static_cast<const float*>(a.mu.data)[row_output_offset(a.mu, sp, kv_head, token)];
+        bias = prior_bias(a.prior, logf(w), mu, a.inv_sigma) * 1.4426950408889634f;
+      }
+      table[t * 4 + qd] = bias;
+    }
+    __syncwarp();
   }
 }
 
@@ -218,10 +291,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     mma::fence_barrier_init();
 #endif
-    sCount[0] = 0;
+    sCount[0] = 0;  // tiles in the union
+    sCount[1] = 0;  // tiles summed over the tokens (how much the tokens share)
   }
   int64_t tile_start = 0, tile_count = 0;
   int union_words = 0;
+  bool use_warpgroups = Cfg::kWgmma;
   if (any_rows) {
     // Q rows of this CTA (row r = token (row0 + r) / g, head (row0 + r) % g), zero-filled past the sequence.
     const Element* qb = static_cast<const Element*>(a.q.data);
@@ -250,7 +325,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       rr.diag = rr.pos >> a.log2_chunk;
       rr.mask_row = a.dense ? nullptr : mask_row_ptr(a, sp, kv_head, token);
       const uint32_t bits = row_tile_word(rr, w, a.chunk, a.log2_chunk, a.mask_words, a.dense);
-      if (bits) atomicOr(&sUnion[w], bits);
+      if (bits) {
+        atomicOr(&sUnion[w], bits);
+        if constexpr (Cfg::kWgmma) atomicAdd(&sCount[1], __popc(bits));
+      }
     }
     __syncthreads();
     int local = 0;
@@ -263,6 +341,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   __syncthreads();  // union, count, Q and the barrier initialisation are visible to every warp
   if (any_rows) {
     const int64_t total = sCount[0];
+    // Warpgroup MMA computes a tile for 4 tokens at once, so it pays only when the tokens mostly share their
+    // tiles: sum of per-token counts >= 0.7 x tokens x union (1 when all share, about rho / (1 - (1 - rho)^8)
+    // for independent masks keeping rho of the chunks, 0.28 at rho = 0.25). Otherwise each warp computes its own
+    // tiles with mma.sync. The warpgroup path runs at about 1.36 x the per-warp rate (dense: 407 vs 300 TFLOP/s on
+    // an H200), so with 4 tokens per group it wins from about 3 of 4 tokens per tile.
+    if constexpr (Cfg::kWgmma)
+      use_warpgroups = 10 * int64_t(sCount[1]) >= 7 * total * (last_token - first_token + 1);
     const int64_t per = (total + a.num_splits - 1) / a.num_splits;
     tile_start = ::min(int64_t(split) * per, total);
     tile_count = ::min(per, total - tile_start);
@@ -349,7 +434,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       }
       if (bias_on)
         fill_stage_bias<Cfg>(a, sp, seq, kv_head, first_token, n_tokens, tile * kTileKeys,
-                             sBias + size_t(stage) * Cfg::kRows * 4, lane);
+                             sBias + size_t(stage) * Cfg::kRows * 4, sBias + size_t(kStages) * Cfg::kRows * 4, lane);
       mma::mbar_arrive(fb);
     }
     mma::cp_async_wait<0>();
@@ -422,7 +507,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     const uint64_t keys_b = row_tile_keys(row_b.route, tile, a.chunk, a.log2_chunk, a.dense);
     // The unit that computes or skips a tile: the warp, or with wgmma its warpgroup (named barrier 1 + group).
     bool need;
-    if constexpr (Cfg::kWgmma) need = wgmma::warpgroup_any((keys_a | keys_b) != 0ull, 1 + warp / 4);
+    if (use_warpgroups) need = wgmma::warpgroup_any((keys_a | keys_b) != 0ull, 1 + warp / 4);
     else need = __any_sync(0xffffffffu, (keys_a | keys_b) != 0ull);
 
     // Every warp waits for the tile, computing or not: a warp may release a stage only after the round it
@@ -437,7 +522,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       float s[8][4];
 #pragma unroll
       for (int i = 0; i < 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
-      if constexpr (Cfg::kWgmma) {
+      if (use_warpgroups) {
         // The warpgroup's 64 rows at once; K-major operands, a k-step of 16 columns is 32 bytes into the block.
         const uint32_t q_group = sQ_addr + uint32_t(warp / 4) * 64u * 128u;
         wgmma::fence();
@@ -451,8 +536,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         wgmma::commit();
         wgmma::wait_all();
       }
+      else {
 #pragma unroll
-      for (int kk = 0; kk < (Cfg::kWgmma ? 0 : Cfg::kKSteps); ++kk) {
+      for (int kk = 0; kk < Cfg::kKSteps; ++kk) {
         uint32_t qa[4];
         if constexpr (Cfg::kQInRegisters) {
           qa[0] = q_frag[kk][0]; qa[1] = q_frag[kk][1]; qa[2] = q_frag[kk][2]; qa[3] = q_frag[kk][3];
@@ -467,6 +553,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           mma::mma_16816<Element>(s[2 * np], qa, b[0], b[1]);
           mma::mma_16816<Element>(s[2 * np + 1], qa, b[2], b[3]);
         }
+      }
       }
 
       // Logits in log2 units with bias and mask; online softmax per row.
@@ -534,7 +621,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       }
 
       // O += P V, P taken straight from the S registers (C layout of n-tiles 2j, 2j+1 = A layout of k-step j).
-      if constexpr (Cfg::kWgmma) {
+      if (use_warpgroups) {
         // V is MN-major: 64-column blocks kBlockBytes apart, 8-key groups 1024 bytes apart; k-step j = 16 keys.
         uint32_t pa[4][4];
 #pragma unroll
@@ -553,8 +640,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         wgmma::commit();
         wgmma::wait_all();
       }
+      else {
 #pragma unroll
-      for (int j = 0; j < (Cfg::kWgmma ? 0 : 4); ++j) {
+      for (int j = 0; j < 4; ++j) {
         uint32_t pa[4];
         pa[0] = mma::pack2<Element>(s[2 * j][0], s[2 * j][1]);
         pa[1] = mma::pack2<Element>(s[2 * j][2], s[2 * j][3]);
@@ -569,6 +657,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           mma::mma_16816<Element>(acc_o[2 * dp], pa, b[0], b[1]);
           mma::mma_16816<Element>(acc_o[2 * dp + 1], pa, b[2], b[3]);
         }
+      }
       }
     }
     __syncwarp();

@@ -91,7 +91,9 @@ AttendPlan plan_attend(const ProblemShape& s, int num_sms, bool dense) {
   (void)dense;
   AttendPlan plan;
   const int64_t rows = s.n_q * s.group;  // rows of one (sequence, KV head)
-  plan.warps = rows <= 16 ? 1 : (rows <= 64 || s.d > 128 ? 4 : 7);
+  // d = 128 prefill: 8 consumer warps, which run on wgmma in warpgroups where the CTA's tokens share their tiles
+  // (devices without wgmma get the 7-warp tiling, see run_attend).
+  plan.warps = rows <= 16 ? 1 : (rows <= 64 || s.d > 128 ? 4 : (s.d == 128 ? 8 : 7));
   const int64_t m_blocks = ceil_div(rows, 16 * plan.warps);
   const int64_t ctas = m_blocks * s.batch * s.h_kv;
   // One-warp CTAs fit several per SM (shared memory of their ring, 228 KB per SM on sm_90); wide ones one.

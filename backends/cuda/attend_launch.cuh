@@ -27,11 +27,12 @@ namespace dashattn::cuda {
 constexpr int decode_stages(int head_dim) { return head_dim <= 64 ? 4 : (head_dim <= 128 ? 3 : 2); }
 constexpr size_t decode_smem_bytes(int head_dim) {
   // Q, the K/V ring, the per-stage bias tables, barriers and base alignment (attend_kernel.cuh's AttendConfig).
-  return size_t(16) * head_dim * 2 + size_t(decode_stages(head_dim)) * (2 * 64 * head_dim * 2 + 16 * 4 * 4) + 2048;
+  return size_t(16) * head_dim * 2 + size_t(decode_stages(head_dim)) * (2 * 64 * head_dim * 2 + 16 * 4 * 4) + 512 +
+         2048;
 }
 
 struct AttendPlan {
-  int warps = 7;           // consumer warps per CTA (1, 4 or 7); a CTA covers 16 * warps (token, head) rows
+  int warps = 7;           // consumer warps per CTA (1, 4, 7 or 8); a CTA covers 16 * warps (token, head) rows
   int num_splits = 1;      // > 1: split-KV with fp32 partials in the workspace and a combine kernel
   size_t workspace_bytes = 0;
   bool tma = true;         // sm_90: load whole K/V tiles with tensor copies when the tensors allow it

@@ -38,11 +38,12 @@ __device__ __forceinline__ void wait_all() {}
 __device__ __forceinline__ void fence_proxy_async() {}
 #endif
 
-// OR of a predicate over the 128 threads of named barrier `id` (a warpgroup), which also synchronizes them.
+// OR of a predicate over the 128 threads of named barrier `id` (a warpgroup), which also synchronizes them. The
+// non-aligned form: the producer warp never executes it, and the two warpgroups use different barrier ids.
 __device__ __forceinline__ bool warpgroup_any(bool p, int id) {
   uint32_t out;
   asm volatile(
-      "{\n .reg .pred pi, po;\n setp.ne.u32 pi, %1, 0;\n bar.red.or.pred po, %2, 128, pi;\n"
+      "{\n .reg .pred pi, po;\n setp.ne.u32 pi, %1, 0;\n barrier.red.or.pred po, %2, 128, pi;\n"
       " selp.u32 %0, 1, 0, po;\n}\n"
       : "=r"(out)
       : "r"(uint32_t(p)), "r"(id)

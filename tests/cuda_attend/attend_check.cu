@@ -64,6 +64,7 @@ struct Case {
   float sigma = 2.0f;
   double keep = 0.3;
   bool dense = false;
+  bool chunk_masks = false;  // all queries of a chunk share the routing draw (the locality real routing has)
   int warps = 0;   // 0: the planner's choice
   int splits = 0;  // 0: the planner's choice
 };
@@ -200,9 +201,14 @@ Outcome run_case(const Case& c, uint64_t seed) {
     for (int64_t i = 0; i < c.n_q[s]; ++i) {
       const int64_t p = c.n_k[s] - c.n_q[s] + i;
       const int64_t ci = p / C;
+      const bool same_chunk_as_previous = c.chunk_masks && i > 0 && (p - 1) / C == ci;
       for (int r = 0; r < c.h_kv; ++r) {
-        for (int64_t ch = 0; ch < ci; ++ch)
-          if (rng.uniform() < c.keep) mask_word(s, r, i, ch / 32) |= 1u << (ch % 32);
+        if (same_chunk_as_previous) {
+          for (int64_t w = 0; w < words; ++w) mask_word(s, r, i, w) = mask_word(s, r, i - 1, w);
+        } else {
+          for (int64_t ch = 0; ch < ci; ++ch)
+            if (rng.uniform() < c.keep) mask_word(s, r, i, ch / 32) |= 1u << (ch % 32);
+        }
         mask_word(s, r, i, ci / 32) |= 1u << (ci % 32);  // the diagonal bit, as Stage 1 writes it
         mu.f32[mu.off(bidx(s), r, qrow(s, i))] = float(rng.normal());
       }
@@ -414,6 +420,9 @@ std::vector<Case> conformance_cases() {
   { Case c = base; c.name = "wgmma dense"; c.warps = 8; c.dense = true; c.n_q = {333}; c.n_k = {333}; add(c); }
   { Case c = base; c.name = "wgmma g4 C16 estimate"; c.warps = 8; c.h_q = 8; c.h_kv = 2; c.chunk = 16; c.prior = PriorMode::kEstimateDiagonal; c.n_q = {257}; c.n_k = {257}; add(c); }
   { Case c = base; c.name = "wgmma varlen"; c.warps = 8; c.h_q = 32; c.h_kv = 2; c.n_q = {50, 190, 3}; c.n_k = {50, 190, 700}; c.varlen = true; add(c); }
+  { Case c = base; c.name = "wgmma chunk masks raw"; c.warps = 8; c.chunk_masks = true; c.prior = PriorMode::kRaw; c.n_q = {400}; c.n_k = {400}; add(c); }
+  { Case c = base; c.name = "wgmma chunk masks C16 est"; c.warps = 8; c.chunk_masks = true; c.chunk = 16; c.prior = PriorMode::kEstimateDiagonal; c.n_q = {300}; c.n_k = {330}; add(c); }
+  { Case c = base; c.name = "wgmma chunk masks g8 f16"; c.warps = 8; c.chunk_masks = true; c.h_q = 16; c.h_kv = 2; c.dtype = c.o_dtype = DType::kF16; c.prior = PriorMode::kRaw; c.n_q = {260}; c.n_k = {260}; add(c); }
   { Case c = base; c.name = "wgmma padded o f32"; c.warps = 8; c.o_dtype = DType::kF32; c.n_q = {100, 37}; c.n_k = {100, 300}; c.lengths = true; c.bhnd = true; add(c); }
   return cs;
 }
