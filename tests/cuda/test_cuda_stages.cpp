@@ -220,6 +220,13 @@ TEST_CASE("cuda stages 0 and 1 match the reference") {
     Case o{"overflow decode n_k=4096, C=16, d=128, g=2", spec(1, 64, 4096, 4, 2, 128, DType::kBF16, 1.0, 31), {}};
     o.method.chunk_size = 16;
     cases.push_back(o);
+    // One query per sequence selects the decode configuration of the routing kernel (deeper summary pipeline,
+    // larger candidate lists, the chunk range split across the block's warps).
+    Case dc{"decode b=3, n_q=1, n_k=4096, C=16, d=128, g=16", spec(3, 1, 4096, 32, 2, 128, DType::kBF16, 4.0, 33), {}};
+    dc.method.chunk_size = 16;
+    cases.push_back(dc);
+    Case dl{"decode b=2, n_q=1, n_k=16000, C=64, d=128, g=16", spec(2, 1, 16000, 32, 2, 128, DType::kBF16, 8.0, 35), {}};
+    cases.push_back(dl);
     Case m{"mean pooling, bhnd, g=1, C=128, gamma=2", spec(1, 1500, 1500, 2, 2, 128, DType::kBF16, 6.0, 41), {}};
     m.spec.zero_summary_query = true;
     m.spec.layout = ref::Layout::kBHND;
