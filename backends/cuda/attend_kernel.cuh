@@ -11,9 +11,16 @@
 // copies (one 64 x 64 box per 128 columns of K and of V, 128-byte swizzle) that complete as transactions on the
 // stage's "full" mbarrier; elsewhere, and for the last partial tile of a sequence, the warp copies with cp.async.
 // A single warp issuing 16-byte cp.async copies was the limit of this kernel (about 2 us per 32 KB tile on an
-// H200, dense and sparse alike); the tensor copy takes that work off the warp. The producer warp then computes the
-// prior bias of every (token, chunk) pair of the tile that the token routed into a per-stage table, so the
-// consumers never stall on it. Consumer warps walk the same list independently: a warp whose rows attend none of
+// H200, dense and sparse alike); the tensor copy takes that work off the warp.
+//
+// Prior bias. With g dividing 16 (a warp's rows are whole tokens) the producer also copies the summaries k̄ of
+// the tile's chunks (at most 4) into the stage, and each consumer warp computes x = Q k̄^T for its rows as one
+// extra m16n8k16 n-tile (on the wgmma path while the warpgroup's S = Q K^T is in flight), the heads' entmax
+// weights from Stage 1's tau, their sum over the token's rows in head order by shuffles (group_weight's order),
+// then the bias. Other groups span warps: the producer warp fills a per-stage table instead (fill_stage_bias),
+// about 8 us per tile on an H200, which is why it is only the fallback.
+//
+// Consumer warps walk the same list independently: a warp whose rows attend none of
 // a tile's keys only releases the stage ("empty" mbarrier) and moves on, so with random per-token routing the
 // warps are not held in lock-step by the tiles other tokens chose. Rows that do not attend a key get -inf logits.
 // The diagonal chunk is simply the last tiles.
@@ -35,7 +42,8 @@
 
 namespace dashattn::cuda {
 
-template <int kHeadDim_, typename Element_, int kWarps_, int kStages_, bool kWgmma_ = false>
+template <int kHeadDim_, typename Element_, int kWarps_, int kStages_, bool kWgmma_ = false,
+          bool kConsumerBias_ = false>
 struct AttendConfig {
   static constexpr int kHeadDim = kHeadDim_;
   using Element = Element_;
@@ -46,6 +54,10 @@ struct AttendConfig {
   static_assert(!kWgmma_ || (kWarps_ % 4 == 0 && kHeadDim_ == 128), "wgmma tiling: warpgroups of 64 rows, d = 128");
   static constexpr int kThreads = (kWarps + 1) * 32;  // + the producer warp
   static constexpr int kStages = kStages_;
+  // Prior bias computed by the consumer warps (launched only when 16 % g == 0 and a prior is on). A separate
+  // instance, so that the kernels without the bias keep their registers (the 9-warp tiling runs at its cap).
+  static constexpr bool kConsumerBias = kConsumerBias_;
+  using WithConsumerBias = AttendConfig<kHeadDim_, Element_, kWarps_, kStages_, kWgmma_, true>;
   static constexpr int kRows = 16 * kWarps;
   static constexpr int kKSteps = kHeadDim / 16;     // k-steps of QK^T
   static constexpr int kONTiles = kHeadDim / 8;     // n-tiles of the O accumulator
@@ -64,8 +76,13 @@ struct AttendConfig {
   static constexpr size_t kQBytes = size_t(kRows) * kHeadDim * sizeof(Element);
   static constexpr int kBiasScratch = 4 * (kRows < 32 ? 32 : kRows);  // head weights of one batch of bias items
   static constexpr size_t kBiasBytes = (size_t(kStages) * kRows * 4 + kBiasScratch) * sizeof(float);
+  // Summaries k̄ of the chunks of each stage's tile (at most 4: C >= 16) for the consumers' bias MMA, rows padded
+  // by 16 bytes so that the 4 rows an ldmatrix reads fall in distinct banks.
+  static constexpr int kKbarRowElems = kHeadDim + 8;
+  static constexpr uint32_t kKbarStageBytes = 4u * kKbarRowElems * sizeof(Element);
+  static constexpr size_t kKbarBytes = kConsumerBias ? size_t(kStages) * kKbarStageBytes : 0;
   static constexpr size_t kBarrierBytes = size_t(2 * kStages) * 8 + 16;
-  static constexpr size_t kFixedBytes = kRingBytes + kQBytes + kBiasBytes + kBarrierBytes;
+  static constexpr size_t kFixedBytes = kRingBytes + kQBytes + kBiasBytes + kKbarBytes + kBarrierBytes;
   static size_t smem_bytes(int union_words) { return 1024 + kFixedBytes + size_t(union_words) * 4; }
 };
 
@@ -260,7 +277,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   Element* sRing = reinterpret_cast<Element*>(smem_raw);
   Element* sQ = reinterpret_cast<Element*>(smem_raw + Cfg::kRingBytes);
   float* sBias = reinterpret_cast<float*>(smem_raw + Cfg::kRingBytes + Cfg::kQBytes);
-  unsigned char* sBar = smem_raw + Cfg::kRingBytes + Cfg::kQBytes + Cfg::kBiasBytes;
+  unsigned char* sKbar = smem_raw + Cfg::kRingBytes + Cfg::kQBytes + Cfg::kBiasBytes;
+  unsigned char* sBar = sKbar + Cfg::kKbarBytes;
   int* sCount = reinterpret_cast<int*>(sBar + 2 * kStages * 8);
   uint32_t* sUnion = reinterpret_cast<uint32_t*>(smem_raw + Cfg::kFixedBytes);
   const uint32_t full_bar = mma::smem_addr(sBar);             // + 8 * stage
@@ -338,6 +356,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     mma::cp_async_wait<0>();
     if constexpr (Cfg::kWgmma) wgmma::fence_proxy_async();  // Q is read by the tensor cores
   }
+  // Bias modes. With g dividing 16 a warp's 16 rows are whole tokens, so the consumer warps compute the bias of
+  // their rows themselves on the tensor cores (x = Q k̄^T for the tile's chunks, the group sum over the warp's
+  // rows by shuffles); wider or odd groups span warps, and the producer warp fills per-stage tables instead.
+  const bool bias_on = !a.dense && a.prior != PriorMode::kNone;
+  // The launcher picks the instance: kConsumerBias implies bias_on and 16 % g == 0.
+  constexpr bool bias_in_consumers = Cfg::kConsumerBias;
+  if (bias_in_consumers) {
+    // Rows of the k̄ buffers past a tile's chunks are read by ldmatrix but never used: keep them finite.
+    for (int i = tid; i < int(Cfg::kKbarBytes / 16); i += Cfg::kThreads)
+      reinterpret_cast<uint4*>(sKbar)[i] = make_uint4(0u, 0u, 0u, 0u);
+  }
   __syncthreads();  // union, count, Q and the barrier initialisation are visible to every warp
   if (any_rows) {
     const int64_t total = sCount[0];
@@ -372,7 +401,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   }
   const int n_iter = int(tile_count);
 
-  const bool bias_on = !a.dense && a.prior != PriorMode::kNone;
   if (warp == Cfg::kWarps) {
     // Producer: stream the K/V tiles into the ring, then the stage's bias table. Each of the 32 lanes arrives on
     // the stage's full barrier once its part is written; the copies hold the phase open until they land (as
@@ -392,6 +420,20 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       const int64_t tile = cursor.next(sUnion);
       Element* sK = sRing + size_t(stage) * 2 * Cfg::kTileElems;
       Element* sV = sK + Cfg::kTileElems;
+      if (bias_in_consumers) {
+        // k̄ of the tile's chunks (only complete chunks have one; the rest read as zeros and are never routed).
+        const int per_tile = a.chunk >= kTileKeys ? 1 : (kTileKeys >> a.log2_chunk);
+        const int64_t c0 = (tile * kTileKeys) >> a.log2_chunk;
+        const int64_t n_complete = sp.n_k >> a.log2_chunk;
+        const Element* summ = static_cast<const Element*>(a.summaries.data);
+        Element* dst = reinterpret_cast<Element*>(sKbar + size_t(stage) * Cfg::kKbarStageBytes);
+        for (int task = lane; task < per_tile * Cfg::kRowPieces; task += 32) {
+          const int qd = task / Cfg::kRowPieces, piece = task % Cfg::kRowPieces;
+          const bool ok = c0 + qd < n_complete;
+          const Element* src = ok ? summ + a.summaries.offset(seq, c0 + qd, kv_head) + piece * 8 : summ;
+          mma::cp_async_16(dst + qd * Cfg::kKbarRowElems + piece * 8, src, ok ? 16 : 0);
+        }
+      }
       bool copied = false;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
       // Whole tiles by tensor copy; the last partial tile of a sequence by cp.async, which zero-fills the rows
@@ -432,7 +474,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           mma::cp_async_mbar_arrive_inc(fb);
         }
       }
-      if (bias_on)
+      // The tensor-copy path has not tracked this lane's cp.async copies (k̄) on the full barrier yet.
+      if (bias_in_consumers && copied) mma::cp_async_mbar_arrive_inc(fb);
+      if (bias_on && !bias_in_consumers)
         fill_stage_bias<Cfg>(a, sp, seq, kv_head, first_token, n_tokens, tile * kTileKeys,
                              sBias + size_t(stage) * Cfg::kRows * 4, sBias + size_t(kStages) * Cfg::kRows * 4, lane);
       mma::mbar_arrive(fb);
@@ -461,6 +505,78 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // This thread's two rows of the warp's 16-row slab (fragment rows lane / 4 and lane / 4 + 8).
   const RowInfo row_a = make_row(warp * 16 + lane / 4);
   const RowInfo row_b = make_row(warp * 16 + lane / 4 + 8);
+  // Stage 1's threshold tau of each row's head and mu of its token, constant over the tiles, parked in the
+  // (then unused) producer bias tables rather than in registers: the warpgroup tiling runs at its register cap.
+  float2* row_tau_mu = reinterpret_cast<float2*>(sBias) + warp * 16;
+  // The bias of the current tile's chunks qd = 0..3 per row of this warp: [16][4].
+  float* row_bias = sBias + Cfg::kRows * 2 + warp * 16 * 4;
+  static_assert(Cfg::kStages * 4 >= 6, "the per-row tau, mu and bias fit the producer tables");
+  if (bias_in_consumers) {
+    if (lane % 4 == 0) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const RowInfo& ri = half ? row_b : row_a;
+        const int r = lane / 4 + 8 * half;
+        const int64_t R = row0 + warp * 16 + r;
+        const int64_t token = R / g;
+        float2 tm = make_float2(0.0f, 0.0f);
+        if (ri.valid) {
+          tm.x = static_cast<const float*>(a.tau.data)[row_output_offset(a.tau, sp, kv_head * g + int(R % g), token)];
+          tm.y = static_cast<const float*>(a.mu.data)[row_output_offset(a.mu, sp, kv_head, token)];
+        }
+        row_tau_mu[r] = tm;
+      }
+    }
+    __syncwarp();
+  }
+  const uint32_t sKbar_addr = mma::smem_addr(sKbar) + uint32_t(lane % 4) * (Cfg::kKbarRowElems * 2u) +
+                              uint32_t(lane / 8) * 16u;
+
+  // Bias (log2 units) of the tile's chunks qd = 0..3 for this thread's two rows, from x = the warp's 16 Q rows
+  // times the stage's k̄ rows (one m16n8k16 n-tile; columns 4..7 repeat rows 0..3 of the buffer). Each head's
+  // entmax weight is then summed over its token's rows in head order, as dashattn::group_weight does.
+  auto consumer_bias = [&](const float (&x)[4]) {
+    const float x_scale = (a.alpha - 1.0f) * a.gamma * rsqrtf(float(D));
+    const float2 tm_a = row_tau_mu[lane / 4], tm_b = row_tau_mu[lane / 4 + 8];
+    const float tau_a = tm_a.x, mu_a = tm_a.y, tau_b = tm_b.x, mu_b = tm_b.y;
+    const float wa0 = entmax_weight(x_scale * x[0], tau_a, a.alpha), wa1 = entmax_weight(x_scale * x[1], tau_a, a.alpha);
+    const float wb0 = entmax_weight(x_scale * x[2], tau_b, a.alpha), wb1 = entmax_weight(x_scale * x[3], tau_b, a.alpha);
+    const int t4q = lane % 4;
+    float sa0 = 0.0f, sa1 = 0.0f, sb0 = 0.0f, sb1 = 0.0f;
+    if (g == 16) {
+      // Head h is row h of the warp: rows 0..7 are the fragments' first rows, 8..15 the second.
+#pragma unroll
+      for (int h = 0; h < 16; ++h) {
+        const int src = (h & 7) * 4 + t4q;
+        sa0 += __shfl_sync(0xffffffffu, h < 8 ? wa0 : wb0, src);
+        sa1 += __shfl_sync(0xffffffffu, h < 8 ? wa1 : wb1, src);
+      }
+      sb0 = sa0;
+      sb1 = sa1;
+    } else {
+      // g divides 8: a token's rows lie within one half, starting at a multiple of g.
+      const int base = lane / 4 - (lane / 4) % g;
+      for (int h = 0; h < g; ++h) {
+        const int src = (base + h) * 4 + t4q;
+        sa0 += __shfl_sync(0xffffffffu, wa0, src);
+        sa1 += __shfl_sync(0xffffffffu, wa1, src);
+        sb0 += __shfl_sync(0xffffffffu, wb0, src);
+        sb1 += __shfl_sync(0xffffffffu, wb1, src);
+      }
+    }
+    auto bias_of = [&](float sum, float mu) {
+      float w = sum / float(g);
+      // The mask bit is ground truth: a weight that recomputes to zero still gets a finite bias.
+      if (!(w > 0.0f)) w = kMinRoutedWeight;
+      return prior_bias(a.prior, logf(w), mu, a.inv_sigma) * 1.4426950408889634f;
+    };
+    if (t4q < 2) {  // columns 2 * t4 and 2 * t4 + 1 are chunks 0..3 of the tile
+      *reinterpret_cast<float2*>(row_bias + (lane / 4) * 4 + 2 * t4q) = make_float2(bias_of(sa0, mu_a), bias_of(sa1, mu_a));
+      *reinterpret_cast<float2*>(row_bias + (lane / 4 + 8) * 4 + 2 * t4q) =
+          make_float2(bias_of(sb0, mu_b), bias_of(sb1, mu_b));
+    }
+    __syncwarp();
+  };
 
   float acc_o[Cfg::kONTiles][4];
 #pragma unroll
@@ -517,6 +633,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       const float* stage_bias = sBias + size_t(stage) * Cfg::kRows * 4;  // filled by the producer with the tile
       const uint32_t sK_addr = sRing_addr + uint32_t(stage) * 2u * kTileBytes;
       const uint32_t sV_addr = sK_addr + kTileBytes;
+      const uint32_t kbar_addr = sKbar_addr + uint32_t(stage) * Cfg::kKbarStageBytes;
+      float xb[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // x of the bias (fragment C layout)
+      // One k-step of x += Q k̄^T; an ldmatrix of the k̄ buffer covers two k-steps.
+      uint32_t kb[4];
+      auto bias_kstep = [&](int kk, const uint32_t (&qa)[4]) {
+        if (kk % 2 == 0) mma::ldmatrix_x4(kb, kbar_addr + uint32_t(kk) * 32u);
+        mma::mma_16816<Element>(xb, qa, kb[2 * (kk % 2)], kb[2 * (kk % 2) + 1]);
+      };
 
       // S = Q K^T for this warp's 16 rows and the tile's 64 keys.
       float s[8][4];
@@ -534,6 +658,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           wgmma::mma_64x64x16_ss<Element>(s, da, db, kk > 0 ? 1 : 0);
         }
         wgmma::commit();
+        if (bias_in_consumers) {  // overlaps the asynchronous S = Q K^T
+#pragma unroll
+          for (int kk = 0; kk < Cfg::kKSteps; ++kk) {
+            uint32_t qa[4];
+            mma::ldmatrix_x4(qa, sQ_addr + q_off[kk % 4] + kQBlockBytes * (kk / 4));
+            bias_kstep(kk, qa);
+          }
+          consumer_bias(xb);
+        }
         wgmma::wait_all();
       }
       else {
@@ -545,6 +678,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         } else {
           mma::ldmatrix_x4(qa, sQ_addr + q_off[kk % 4] + kQBlockBytes * (kk / 4));
         }
+        if (bias_in_consumers) bias_kstep(kk, qa);
 #pragma unroll
         for (int np = 0; np < 4; ++np) {
           uint32_t b[4];
@@ -554,6 +688,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           mma::mma_16816<Element>(s[2 * np + 1], qa, b[2], b[3]);
         }
       }
+      if (bias_in_consumers) consumer_bias(xb);
       }
 
       // Logits in log2 units with bias and mask; online softmax per row.
@@ -564,8 +699,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           // An 8-key n-tile lies inside one chunk (C >= 16); routed chunks (c < c_i) carry the bias.
           const int64_t c = (k0 + nt * 8) >> a.log2_chunk;
           const int qd = int(c - (k0 >> a.log2_chunk));
-          if (row_a.valid && c < row_a.route.diag) ba = stage_bias[row_a.token_slot * 4 + qd];
-          if (row_b.valid && c < row_b.route.diag) bb = stage_bias[row_b.token_slot * 4 + qd];
+          const float* ta = bias_in_consumers ? row_bias + (lane / 4) * 4 : stage_bias + row_a.token_slot * 4;
+          const float* tb = bias_in_consumers ? row_bias + (lane / 4 + 8) * 4 : stage_bias + row_b.token_slot * 4;
+          if (row_a.valid && c < row_a.route.diag) ba = ta[qd];
+          if (row_b.valid && c < row_b.route.diag) bb = tb[qd];
         }
 #pragma unroll
         for (int e = 0; e < 2; ++e) {

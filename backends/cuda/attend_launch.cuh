@@ -22,13 +22,14 @@
 
 namespace dashattn::cuda {
 
-// K/V ring depth of the one-warp (decode) tiling: 66 / 100 / 136 KB of shared memory for head dim 64 / 128 / 256,
+// K/V ring depth of the one-warp (decode) tiling: 71 / 106 / 140 KB of shared memory for head dim 64 / 128 / 256,
 // i.e. 3 / 2 / 1 CTAs per SM, each keeping its next tiles in flight.
 constexpr int decode_stages(int head_dim) { return head_dim <= 64 ? 4 : (head_dim <= 128 ? 3 : 2); }
 constexpr size_t decode_smem_bytes(int head_dim) {
-  // Q, the K/V ring, the per-stage bias tables, barriers and base alignment (attend_kernel.cuh's AttendConfig).
-  return size_t(16) * head_dim * 2 + size_t(decode_stages(head_dim)) * (2 * 64 * head_dim * 2 + 16 * 4 * 4) + 512 +
-         2048;
+  // Q, the K/V ring, the per-stage bias tables and k̄ buffers, barriers and base alignment (attend_kernel.cuh's
+  // AttendConfig).
+  return size_t(16) * head_dim * 2 +
+         size_t(decode_stages(head_dim)) * (2 * 64 * head_dim * 2 + 16 * 4 * 4 + 4 * (head_dim + 8) * 2) + 512 + 2048;
 }
 
 struct AttendPlan {

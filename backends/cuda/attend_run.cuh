@@ -11,7 +11,12 @@ namespace dashattn::cuda {
 template <class Cfg>
 size_t config_smem_bytes(const AttendArgs& args) {
   const int64_t union_words = ceil_div(ceil_div(args.batch.padded_n_k, kTileKeys), 32) + 1;
-  return Cfg::smem_bytes(int(union_words));
+  return Cfg::WithConsumerBias::smem_bytes(int(union_words));  // the larger of the two instances
+}
+
+// The consumer warps compute the prior bias when each warp's 16 rows are whole tokens (g divides 16).
+inline bool bias_in_consumers(const AttendArgs& args) {
+  return !args.dense && args.prior != PriorMode::kNone && 16 % args.group == 0;
 }
 
 inline int device_smem_optin() {
@@ -22,7 +27,7 @@ inline int device_smem_optin() {
 }
 
 template <class Cfg>
-void launch_attend_config(AttendArgs args, bool allow_tma, cudaStream_t stream) {
+void launch_attend_instance(AttendArgs args, bool allow_tma, cudaStream_t stream) {
   const int64_t rows = args.batch.padded_n_q * args.group;
   const int64_t m_blocks = ceil_div(rows, Cfg::kRows);
   const int64_t union_words = ceil_div(ceil_div(args.batch.padded_n_k, kTileKeys), 32) + 1;
@@ -58,6 +63,12 @@ void launch_attend_config(AttendArgs args, bool allow_tma, cudaStream_t stream) 
         <<<unsigned(ceil_div(split_rows, kRowsPerBlock)), kRowsPerBlock * 32, 0, stream>>>(args);
     DASHATTN_CUDA_CHECK_LAUNCH();
   }
+}
+
+template <class Cfg>
+void launch_attend_config(const AttendArgs& args, bool allow_tma, cudaStream_t stream) {
+  if (bias_in_consumers(args)) launch_attend_instance<typename Cfg::WithConsumerBias>(args, allow_tma, stream);
+  else launch_attend_instance<Cfg>(args, allow_tma, stream);
 }
 
 template <int kHeadDim, typename Element>
