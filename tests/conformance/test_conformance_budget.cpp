@@ -128,26 +128,28 @@ TEST_CASE("the bias allowance stays small at ordinary routing temperatures") {
       }
 }
 
-TEST_CASE("a head routed to a single chunk far from the others has no budget however large gamma is") {
-  // With one query head per group a single-chunk support gives w = 1 exactly whatever x rounds to, unless a
-  // second chunk is within rounding of entering.
+TEST_CASE("a head routed to a single chunk gets a budget of the order of its x rounding, not more") {
+  // Stage 1 sets τ = x − 1 from its own x; a backend's Stage 2 may recompute x with other rounding, so ŵ = 1 holds
+  // only up to (1 ± δx)^p: the budget must be that small, not the cap, even at gamma 1e4.
   Case c;
   c.h_q = c.h_kv = 2;
   c.gamma = 1e4f;
   c.alpha = 1.5f;
   const Routed r = route_case(c);
-  int64_t single = 0, exact = 0;
+  int64_t single = 0;
+  double largest = 0.0;
   for (int64_t i = 0; i < r.rt.n_q; ++i)
     for (int64_t kv = 0; kv < r.rt.h_kv; ++kv) {
       int64_t routed = 0;
       for (int64_t ch = 0; ch < r.rt.diagonal[i]; ++ch) routed += r.rt.routed(i, kv, ch);
       if (routed != 1) continue;
       ++single;
-      exact += r.budget.delta(i, kv) <= 2e-5;  // the solver's 1e-5 slack on Σ ŵ, nothing more
+      largest = std::max(largest, r.budget.delta(i, kv));
     }
-  MESSAGE(single << " single-chunk rows at gamma 1e4, " << exact << " of them without budget");
+  MESSAGE(single << " single-chunk rows at gamma 1e4, largest budget " << largest);
   CHECK(single > 100);
-  CHECK(exact * 2 > single);
+  // p·2δx with δx the float dot-product bound at |x| ~ 1e3..1e4: well below 1, far from the cap of 50.
+  CHECK(largest < 1.0);
 }
 
 TEST_CASE("float routings that sum x in any order stay inside the bias budget") {
@@ -218,9 +220,13 @@ TEST_CASE("float routings that sum x in any order stay inside the bias budget") 
 // float error bound with random signs. The check must pass both; the second shows the budget is needed (the
 // strict rule alone would fail it), which is what a GPU whose dot products round differently runs into.
 TEST_CASE("the check passes outputs whose routing x rounds differently") {
-  const std::vector<Backend*> backends = ref::available_backends();
-  REQUIRE(!backends.empty());
-  Backend& be = *backends.front();
+  // f32 problems: they need the CPU backend (the GPU backends take bf16/f16 only).
+  Backend* cpu = Registry::instance().find("cpu");
+  if (!cpu || !cpu->probe().available) {
+    MESSAGE("skipped: the checker's f32 self-test needs the cpu backend, which this build lacks");
+    return;
+  }
+  Backend& be = *cpu;
   int64_t needed_by_bound = 0;
   for (PriorMode prior : {PriorMode::kRaw, PriorMode::kEstimateDiagonal})
     for (uint64_t seed : {7u, 8u}) {

@@ -88,8 +88,10 @@ void check_case(const Case& c) {
   for (int64_t s = 0; s < pr.num_sequences(); ++s) {
     const ref::Span span = pr.span(s);
     const ref::Sequence seq = pr.sequence(s);
-    // Stage 0: within one step of the key dtype of the float64 summaries.
-    const std::vector<double> want = ref::summarize(seq, m);
+    // Stage 0: within one step of the key dtype of the float64 summaries, plus the fp32 accumulation error,
+    // which dominates a component that nearly cancels (the same criterion as the conformance check).
+    std::vector<double> abs_weighted;
+    const std::vector<double> want = ref::summarize(seq, m, &abs_weighted);
     const int64_t nc = num_complete_chunks(span.n_k, c.method.chunk_size);
     std::vector<double> got(static_cast<size_t>(nc * h_kv * d));
     for (int64_t ch = 0; ch < nc; ++ch)
@@ -97,7 +99,11 @@ void check_case(const Case& c) {
         for (int64_t e = 0; e < d; ++e) {
           const double v = summ[((s * mc + ch) * h_kv + r) * d + e];
           got[(ch * h_kv + r) * d + e] = v;
-          if (!(ref::ulp_distance(v, want[(ch * h_kv + r) * d + e], c.spec.dtype) <= 1.0)) ++t.bad_summary;
+          const size_t at = static_cast<size_t>((ch * h_kv + r) * d + e);
+          const double accumulation = 8.0 * std::sqrt(double(c.method.chunk_size)) * std::ldexp(1.0, -24) *
+                                      abs_weighted[at];
+          const double unit = ref::dtype_spacing(std::max(std::fabs(v), std::fabs(want[at])), c.spec.dtype);
+          if (!(std::fabs(v - want[at]) <= unit + accumulation)) ++t.bad_summary;
         }
     // Stage 1 on the GPU's own summaries, so that only routing is compared.
     const ref::Routing rt = ref::route(seq, got, m, words);

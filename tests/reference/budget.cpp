@@ -15,9 +15,6 @@ double BiasBudget::max_delta() const {
 
 namespace {
 
-// |Σ ŵ − 1| a conforming solver may leave (semantics.md, Exactness).
-constexpr double kSumSlack = 1e-5;
-
 // log(bound / w) for a bound of w that may be 0 or far away, clamped to ±kLogCap.
 double clamped_log_ratio(double bound, double w) {
   if (!(bound > 0.0)) return -BiasBudget::kLogCap;
@@ -42,7 +39,7 @@ BiasBudget bias_budget(const Routing& rt, const Method& m, int64_t d) {
 
   const int64_t g = rt.h_q / rt.h_kv, nc = rt.num_complete;
   const double p = 1.0 / (m.alpha - 1.0);
-  std::vector<double> w_lo, w_hi, head_lo, head_hi;
+  std::vector<double> w_lo, w_hi;
   for (int64_t i = 0; i < rt.n_q; ++i) {
     const int64_t ci = rt.diagonal[i];
     if (ci == 0) continue;
@@ -54,24 +51,13 @@ BiasBudget bias_budget(const Routing& rt, const Method& m, int64_t d) {
         const double tau = rt.tau[i * rt.h_q + h];
         // x moves by δx, τ by at most δx too, and the solver resolves τ to 1e-6·max(1, |τ|).
         const double shift = 2.0 * rt.float_x_error(i, h, d) + 1e-6 * std::max(1.0, std::fabs(tau));
-        head_lo.assign(ci, 0.0);
-        head_hi.assign(ci, 0.0);
-        double sum_lo = 0.0, sum_hi = 0.0;
+        // No Σŵ = 1 narrowing here: a backend's Stage 2 rebuilds x with its own dot products (a GPU may use
+        // another summation order than its Stage 1), so the τ it is given and the x it recomputes are not tied
+        // together by the sum constraint; each may sit anywhere in its own rounding interval.
         for (int64_t c = 0; c < ci; ++c) {
           const double u = rt.x[(i * rt.h_q + h) * nc + c] - tau;
-          head_lo[c] = std::pow(std::max(u - shift, 0.0), p);
-          head_hi[c] = std::pow(std::max(u + shift, 0.0), p);
-          sum_lo += head_lo[c];
-          sum_hi += head_hi[c];
-        }
-        // The weights still sum to one: a chunk gains only what the others can lose. This makes a head whose
-        // support is a single chunk exact up to the solver's slack (ŵ = 1 however x rounds).
-        for (int64_t c = 0; c < ci; ++c) {
-          const double others_lo = sum_lo - head_lo[c], others_hi = sum_hi - head_hi[c];
-          const double lo = std::max(head_lo[c], 1.0 - kSumSlack - others_hi);
-          const double hi = std::min(head_hi[c], 1.0 + kSumSlack - others_lo);
-          w_lo[c] += std::max(lo, 0.0) / double(g);
-          w_hi[c] += std::max(hi, 0.0) / double(g);
+          w_lo[c] += std::pow(std::max(u - shift, 0.0), p) / double(g);
+          w_hi[c] += std::pow(std::max(u + shift, 0.0), p) / double(g);
         }
       }
 
