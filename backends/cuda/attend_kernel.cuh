@@ -401,6 +401,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   }
   const int n_iter = int(tile_count);
 
+  // Consumer-computed bias: the per-CTA table (entry [pair p = rank in the union * per_tile + chunk of the
+  // tile][token slot]) when it fits, else per tile from the stage's k̄ buffer on the mma.sync tilings; the
+  // warpgroup tiling, at its register cap with the per-tile code, falls back to the producer's tables instead.
+  const int per_tile = a.chunk >= kTileKeys ? 1 : (kTileKeys >> a.log2_chunk);
+  const int n_tokens_cta = any_rows ? int(last_token - first_token + 1) : 0;
+  const int n_pairs = n_iter * per_tile;
+  const bool use_table = bias_in_consumers && int64_t(n_pairs) * n_tokens_cta <= int64_t(a.bias_table_floats);
+  const bool kbar_per_tile = !Cfg::kWgmma && bias_in_consumers && !use_table;
+  const bool producer_table = bias_on && !use_table && !kbar_per_tile;
+  float* sTable = reinterpret_cast<float*>(smem_raw + a.bias_table_offset);
+
   if (warp == Cfg::kWarps) {
     // Producer: stream the K/V tiles into the ring, then the stage's bias table. Each of the 32 lanes arrives on
     // the stage's full barrier once its part is written; the copies hold the phase open until they land (as
@@ -420,9 +431,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       const int64_t tile = cursor.next(sUnion);
       Element* sK = sRing + size_t(stage) * 2 * Cfg::kTileElems;
       Element* sV = sK + Cfg::kTileElems;
-      if (bias_in_consumers) {
+      bool arrived = false;
+      if (kbar_per_tile) {
         // k̄ of the tile's chunks (only complete chunks have one; the rest read as zeros and are never routed).
-        const int per_tile = a.chunk >= kTileKeys ? 1 : (kTileKeys >> a.log2_chunk);
         const int64_t c0 = (tile * kTileKeys) >> a.log2_chunk;
         const int64_t n_complete = sp.n_k >> a.log2_chunk;
         const Element* summ = static_cast<const Element*>(a.summaries.data);
@@ -470,16 +481,25 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           mma::cp_async_commit();
           mma::cp_async_wait<0>();
           wgmma::fence_proxy_async();
+        } else if (!producer_table) {
+          // This lane's one arrival of the phase, once its copies have landed.
+          mma::cp_async_mbar_arrive(fb);
+          arrived = true;
         } else {
-          mma::cp_async_mbar_arrive_inc(fb);
+          // The producer's bias table follows: the lane arrives once, after both (odd groups with a prior only).
+          mma::cp_async_commit();
+          mma::cp_async_wait<0>();
         }
       }
-      // The tensor-copy path has not tracked this lane's cp.async copies (k̄) on the full barrier yet.
-      if (bias_in_consumers && copied) mma::cp_async_mbar_arrive_inc(fb);
-      if (bias_on && !bias_in_consumers)
+      if (kbar_per_tile && copied) {
+        mma::cp_async_mbar_arrive(fb);  // the k̄ copies: this lane's one arrival, once they have landed
+        arrived = true;
+      }
+      if (producer_table)
         fill_stage_bias<Cfg>(a, sp, seq, kv_head, first_token, n_tokens, tile * kTileKeys,
                              sBias + size_t(stage) * Cfg::kRows * 4, sBias + size_t(kStages) * Cfg::kRows * 4, lane);
-      mma::mbar_arrive(fb);
+      // One arrival per lane and phase (a second one by the same thread is what synccheck reports).
+      if (!arrived) mma::mbar_arrive(fb);
     }
     mma::cp_async_wait<0>();
     return;
@@ -511,7 +531,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // The bias of the current tile's chunks qd = 0..3 per row of this warp: [16][4].
   float* row_bias = sBias + Cfg::kRows * 2 + warp * 16 * 4;
   static_assert(Cfg::kStages * 4 >= 6, "the per-row tau, mu and bias fit the producer tables");
-  if (bias_in_consumers) {
+  if (use_table || kbar_per_tile) {  // (the producer's tables, then unused, hold them)
     if (lane % 4 == 0) {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
@@ -535,7 +555,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // Bias (log2 units) of the tile's chunks qd = 0..3 for this thread's two rows, from x = the warp's 16 Q rows
   // times the stage's k̄ rows (one m16n8k16 n-tile; columns 4..7 repeat rows 0..3 of the buffer). Each head's
   // entmax weight is then summed over its token's rows in head order, as dashattn::group_weight does.
-  auto consumer_bias = [&](const float (&x)[4]) {
+  auto group_bias = [&](const float (&x)[4], float& ba0, float& ba1, float& bb0, float& bb1) {
     const float x_scale = (a.alpha - 1.0f) * a.gamma * rsqrtf(float(D));
     const float2 tm_a = row_tau_mu[lane / 4], tm_b = row_tau_mu[lane / 4 + 8];
     const float tau_a = tm_a.x, mu_a = tm_a.y, tau_b = tm_b.x, mu_b = tm_b.y;
@@ -570,10 +590,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       if (!(w > 0.0f)) w = kMinRoutedWeight;
       return prior_bias(a.prior, logf(w), mu, a.inv_sigma) * 1.4426950408889634f;
     };
-    if (t4q < 2) {  // columns 2 * t4 and 2 * t4 + 1 are chunks 0..3 of the tile
-      *reinterpret_cast<float2*>(row_bias + (lane / 4) * 4 + 2 * t4q) = make_float2(bias_of(sa0, mu_a), bias_of(sa1, mu_a));
-      *reinterpret_cast<float2*>(row_bias + (lane / 4 + 8) * 4 + 2 * t4q) =
-          make_float2(bias_of(sb0, mu_b), bias_of(sb1, mu_b));
+    ba0 = bias_of(sa0, mu_a);
+    ba1 = bias_of(sa1, mu_a);
+    bb0 = bias_of(sb0, mu_b);
+    bb1 = bias_of(sb1, mu_b);
+  };
+  auto consumer_bias = [&](const float (&x)[4]) {
+    float ba0, ba1, bb0, bb1;
+    group_bias(x, ba0, ba1, bb0, bb1);
+    if (lane % 4 < 2) {  // columns 2 * t4 and 2 * t4 + 1 are chunks 0..3 of the tile
+      *reinterpret_cast<float2*>(row_bias + (lane / 4) * 4 + 2 * (lane % 4)) = make_float2(ba0, ba1);
+      *reinterpret_cast<float2*>(row_bias + (lane / 4 + 8) * 4 + 2 * (lane % 4)) = make_float2(bb0, bb1);
     }
     __syncwarp();
   };
@@ -612,6 +639,56 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       mma::ldmatrix_x4(q_frag[kk], sQ_addr + q_off[kk % 4] + kQBlockBytes * (kk / 4));
   }
   const int t4 = lane % 4;
+
+  if (use_table) {
+    // The bias of every (union tile, chunk) pair of this warp's tokens, 8 pairs per m16n8k16 n-tile: lane column
+    // n = lane / 4 gathers its pair's k̄ straight into B fragments, x = Q k̄^T, then the group sums as per tile.
+    // Runs while the producer fills the ring; each warp writes and later reads only its own tokens' entries.
+    const Element* summ = static_cast<const Element*>(a.summaries.data);
+    const int64_t n_complete = sp.n_k >> a.log2_chunk;
+    const bool writer = (lane / 4) % g == 0;  // the first row of its token (g divides 8, or row 0 with g = 16)
+    TileCursor pc = cursor;
+    int64_t tile = 0;
+    for (int p0 = 0; p0 < n_pairs; p0 += 8) {
+      int64_t my_c = -1;
+      for (int j = 0; j < 8 && p0 + j < n_pairs; ++j) {
+        const int qd = (p0 + j) % per_tile;
+        if (qd == 0) tile = pc.next(sUnion);
+        if (j == lane / 4) my_c = ((tile * kTileKeys) >> a.log2_chunk) + qd;
+      }
+      const bool ok = my_c >= 0 && my_c < n_complete;
+      const uint32_t* kp =
+          reinterpret_cast<const uint32_t*>(summ + (ok ? a.summaries.offset(seq, my_c, kv_head) : 0)) + t4;
+      uint32_t kbf[Cfg::kKSteps][2];
+#pragma unroll
+      for (int kk = 0; kk < Cfg::kKSteps; ++kk) {
+        kbf[kk][0] = ok ? __ldg(kp + kk * 8) : 0u;
+        kbf[kk][1] = ok ? __ldg(kp + kk * 8 + 4) : 0u;
+      }
+      float x[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+      for (int kk = 0; kk < Cfg::kKSteps; ++kk) {
+        uint32_t qa[4];
+        if constexpr (Cfg::kQInRegisters) {
+          qa[0] = q_frag[kk][0]; qa[1] = q_frag[kk][1]; qa[2] = q_frag[kk][2]; qa[3] = q_frag[kk][3];
+        } else {
+          mma::ldmatrix_x4(qa, sQ_addr + q_off[kk % 4] + kQBlockBytes * (kk / 4));
+        }
+        mma::mma_16816<Element>(x, qa, kbf[kk][0], kbf[kk][1]);
+      }
+      float ba0, ba1, bb0, bb1;
+      group_bias(x, ba0, ba1, bb0, bb1);
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int p = p0 + 2 * t4 + e;
+        if (p < n_pairs && writer) {
+          if (row_a.valid) sTable[p * n_tokens_cta + row_a.token_slot] = e ? ba1 : ba0;
+          if (g < 16 && row_b.valid) sTable[p * n_tokens_cta + row_b.token_slot] = e ? bb1 : bb0;
+        }
+      }
+    }
+    __syncwarp();
+  }
 
   for (int it = 0; it < n_iter; ++it) {
     const int stage = it % kStages;
@@ -658,7 +735,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           wgmma::mma_64x64x16_ss<Element>(s, da, db, kk > 0 ? 1 : 0);
         }
         wgmma::commit();
-        if (bias_in_consumers) {  // overlaps the asynchronous S = Q K^T
+        if (kbar_per_tile) {  // overlaps the asynchronous S = Q K^T
 #pragma unroll
           for (int kk = 0; kk < Cfg::kKSteps; ++kk) {
             uint32_t qa[4];
@@ -678,7 +755,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         } else {
           mma::ldmatrix_x4(qa, sQ_addr + q_off[kk % 4] + kQBlockBytes * (kk / 4));
         }
-        if (bias_in_consumers) bias_kstep(kk, qa);
+        if (kbar_per_tile) bias_kstep(kk, qa);
 #pragma unroll
         for (int np = 0; np < 4; ++np) {
           uint32_t b[4];
@@ -688,7 +765,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           mma::mma_16816<Element>(s[2 * np + 1], qa, b[2], b[3]);
         }
       }
-      if (bias_in_consumers) consumer_bias(xb);
+      if (kbar_per_tile) consumer_bias(xb);
       }
 
       // Logits in log2 units with bias and mask; online softmax per row.
@@ -699,10 +776,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           // An 8-key n-tile lies inside one chunk (C >= 16); routed chunks (c < c_i) carry the bias.
           const int64_t c = (k0 + nt * 8) >> a.log2_chunk;
           const int qd = int(c - (k0 >> a.log2_chunk));
-          const float* ta = bias_in_consumers ? row_bias + (lane / 4) * 4 : stage_bias + row_a.token_slot * 4;
-          const float* tb = bias_in_consumers ? row_bias + (lane / 4 + 8) * 4 : stage_bias + row_b.token_slot * 4;
-          if (row_a.valid && c < row_a.route.diag) ba = ta[qd];
-          if (row_b.valid && c < row_b.route.diag) bb = tb[qd];
+          if (use_table) {
+            const float* tp = sTable + (it * per_tile + qd) * n_tokens_cta;
+            if (row_a.valid && c < row_a.route.diag) ba = tp[row_a.token_slot];
+            if (row_b.valid && c < row_b.route.diag) bb = tp[row_b.token_slot];
+          } else {
+            const float* ta = kbar_per_tile ? row_bias + (lane / 4) * 4 : stage_bias + row_a.token_slot * 4;
+            const float* tb = kbar_per_tile ? row_bias + (lane / 4 + 8) * 4 : stage_bias + row_b.token_slot * 4;
+            if (row_a.valid && c < row_a.route.diag) ba = ta[qd];
+            if (row_b.valid && c < row_b.route.diag) bb = tb[qd];
+          }
         }
 #pragma unroll
         for (int e = 0; e < 2; ++e) {

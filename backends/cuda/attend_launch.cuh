@@ -22,14 +22,15 @@
 
 namespace dashattn::cuda {
 
-// K/V ring depth of the one-warp (decode) tiling: 71 / 106 / 140 KB of shared memory for head dim 64 / 128 / 256,
+// K/V ring depth of the one-warp (decode) tiling: 75 / 110 / 144 KB of shared memory for head dim 64 / 128 / 256,
 // i.e. 3 / 2 / 1 CTAs per SM, each keeping its next tiles in flight.
 constexpr int decode_stages(int head_dim) { return head_dim <= 64 ? 4 : (head_dim <= 128 ? 3 : 2); }
 constexpr size_t decode_smem_bytes(int head_dim) {
   // Q, the K/V ring, the per-stage bias tables and k̄ buffers, barriers and base alignment (attend_kernel.cuh's
-  // AttendConfig).
+  // AttendConfig), and the per-CTA bias table (at most 4 KB for this tiling).
   return size_t(16) * head_dim * 2 +
-         size_t(decode_stages(head_dim)) * (2 * 64 * head_dim * 2 + 16 * 4 * 4 + 4 * (head_dim + 8) * 2) + 512 + 2048;
+         size_t(decode_stages(head_dim)) * (2 * 64 * head_dim * 2 + 16 * 4 * 4 + 4 * (head_dim + 8) * 2) + 512 + 2048 +
+         4096;
 }
 
 struct AttendPlan {
@@ -38,6 +39,7 @@ struct AttendPlan {
   size_t workspace_bytes = 0;
   bool tma = true;         // sm_90: load whole K/V tiles with tensor copies when the tensors allow it
   int stages = 0;          // K/V ring depth of the wide tilings: 0 = the deepest that fits the device, or 3 / 4
+  bool bias_table = true;  // consumer-computed prior bias: per-CTA table before the main loop where it fits
 };
 
 // Tensor map of a [b, n, h, d] K or V view (16-bit elements) whose boxes are 64 keys x 64 columns with the

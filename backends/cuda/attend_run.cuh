@@ -2,6 +2,8 @@
 // (plus the split combine). Included only by the generated attend_hdim<H>_<dtype>.cu instance files.
 #pragma once
 
+#include <algorithm>
+
 #include "attend_kernel.cuh"
 #include "attend_launch.cuh"
 #include "attend_combine.cuh"
@@ -31,10 +33,27 @@ void launch_attend_instance(AttendArgs args, bool allow_tma, cudaStream_t stream
   const int64_t rows = args.batch.padded_n_q * args.group;
   const int64_t m_blocks = ceil_div(rows, Cfg::kRows);
   const int64_t union_words = ceil_div(ceil_div(args.batch.padded_n_k, kTileKeys), 32) + 1;
-  const size_t smem = Cfg::smem_bytes(int(union_words));
+  size_t smem = Cfg::smem_bytes(int(union_words));
   int device = 0, optin = 0;
   DASHATTN_CUDA_CHECK(cudaGetDevice(&device));
   DASHATTN_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  args.bias_table_floats = 0;
+  if constexpr (Cfg::kConsumerBias) {
+    if (args.allow_bias_table) {
+      // One float per (union tile, chunk of the tile, token of the CTA); the one-warp (decode) tiling keeps its
+      // CTAs per SM and takes at most 4 KB, the wide tilings (one CTA per SM) what shared memory has left.
+      const size_t offset = Cfg::kFixedBytes + ((size_t(union_words) * 4 + 15) & ~size_t(15));
+      const int64_t per_tile = args.chunk >= kTileKeys ? 1 : kTileKeys / args.chunk;
+      const int64_t want = ceil_div(args.batch.padded_n_k, kTileKeys) * per_tile * (Cfg::kRows / args.group);
+      const int64_t room = (int64_t(optin) - 1024 - int64_t(offset)) / 4;
+      const int64_t floats = std::min<int64_t>(std::min<int64_t>(want, Cfg::kWarps == 1 ? 1024 : room), INT32_MAX);
+      if (floats > 0) {
+        args.bias_table_floats = int(floats);
+        args.bias_table_offset = uint32_t(offset);
+        smem = 1024 + offset + size_t(floats) * 4;
+      }
+    }
+  }
   if (smem > size_t(optin)) {
     throw Unsupported("cuda", "k",
                       "key length " + std::to_string(args.batch.padded_n_k) + " needs " + std::to_string(smem) +
@@ -72,7 +91,9 @@ void launch_attend_config(const AttendArgs& args, bool allow_tma, cudaStream_t s
 }
 
 template <int kHeadDim, typename Element>
-void run_attend(const AttendArgs& args, const AttendPlan& plan, cudaStream_t stream) {
+void run_attend(const AttendArgs& args_in, const AttendPlan& plan, cudaStream_t stream) {
+  AttendArgs args = args_in;
+  args.allow_bias_table = plan.bias_table;
   // Ring depth: three K/V tiles for the wide tilings (one CTA per SM, within an A100's 163 KB); the one-warp
   // decode tiling keeps two or more CTAs per SM (decode_stages() in attend_launch.cuh).
   constexpr int kStagesWide = kHeadDim <= 128 ? 3 : 2;

@@ -3,8 +3,8 @@
 // 93.75 % (each routable chunk kept with probability 1 - s, the diagonal always), drawn per token (the worst case:
 // no two tokens share a tile by design) and per query chunk (all 64 tokens of a chunk share the draw, the locality
 // real routing has), plus the same kernel dense. Variants: tokens per CTA (consumer warps 7 / 4 / 1), tensor-copy
-// or cp.async loads, with and without the prior bias. Medians of CUDA-event timings after warm-up, on random
-// (non-zero) inputs.
+// or cp.async loads, with and without the prior bias (raw mode; per-CTA table or per tile). Medians of CUDA-event
+// timings after warm-up, on random (non-zero) inputs.
 #include <cuda_runtime.h>
 
 #include <cuda_bf16.h>
@@ -237,11 +237,12 @@ void run_benchmark(int max_n_k_thousands) {
     bool tma, bias;
     bool long_too;  // also at the longer lengths
     int stages = 0;  // 0: the launcher's choice
+    bool bias_table = true;  // false: bias per tile by the consumers (mma.sync tilings)
   };
   // "w8" is the default d = 128 tiling: 8 consumer warps, warpgroup MMA where the CTA's tokens share their tiles.
   const Variant variants[] = {{"w8 auto", 8, true, false, true},       {"tma w7", 7, true, false, true},
                               {"w8 auto bias", 8, true, true, true},   {"tma w7 bias", 7, true, true, false},
-                              {"tma w1", 1, true, false, false}};
+                              {"w7 bias/tile", 7, true, true, false, 0, false}, {"tma w1", 1, true, false, false}};
   std::printf("\nprefill b=1 h_q=32 h_kv=2 d=128 C=64 bf16: ms (useful TFLOP/s); masks per token | per query chunk\n");
   std::printf("%-6s %-12s %15s | %15s %15s %15s | %15s %15s %15s\n", "N", "variant", "dense", "tok 75%",
               "tok 87.5%", "tok 93.75%", "chunk 75%", "chunk 87.5%", "chunk 93.75%");
@@ -255,6 +256,7 @@ void run_benchmark(int max_n_k_thousands) {
       plan.num_splits = 1;
       plan.tma = var.tma;
       plan.stages = var.stages;
+      plan.bias_table = var.bias_table;
       const int reps = n >= 65536 ? 5 : 7;
       const double dense_flops = 4.0 * d * h_q * attended_keys(n, n, 1.0);
       std::printf("%-6lld %-12s", (long long)n, var.name);

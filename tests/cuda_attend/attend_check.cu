@@ -67,6 +67,7 @@ struct Case {
   bool chunk_masks = false;  // all queries of a chunk share the routing draw (the locality real routing has)
   int warps = 0;   // 0: the planner's choice
   int splits = 0;  // 0: the planner's choice
+  bool bias_table = true;  // false: the consumer bias per tile (mma.sync tilings) or by the producer (wgmma)
 };
 
 // Host copy of a 16-bit or f32 tensor with its element strides.
@@ -337,6 +338,7 @@ Outcome run_case(const Case& c, uint64_t seed) {
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   AttendPlan plan = dashattn::cuda::plan_attend(shape, sms, c.dense);
   if (c.warps) plan.warps = c.warps;
+  plan.bias_table = c.bias_table;
   if (c.splits) plan.num_splits = c.splits;
   void* ws = nullptr;
   if (plan.num_splits > 1) {
@@ -414,6 +416,8 @@ std::vector<Case> conformance_cases() {
   { Case c = base; c.name = "prior raw g16 7 warps"; c.prior = PriorMode::kRaw; c.warps = 7; c.n_q = {230}; c.n_k = {230}; add(c); }
   { Case c = base; c.name = "prior estimate g1 d64 C32"; c.prior = PriorMode::kEstimateDiagonal; c.d = 64; c.h_q = 4; c.h_kv = 4; c.chunk = 32; c.n_q = {200}; c.n_k = {200}; add(c); }
   { Case c = base; c.name = "prior raw g2 d256 C128"; c.prior = PriorMode::kRaw; c.d = 256; c.h_q = 4; c.h_kv = 2; c.chunk = 128; c.n_q = {300}; c.n_k = {420}; add(c); }
+  { Case c = base; c.name = "prior raw g16 7 warps per tile"; c.prior = PriorMode::kRaw; c.warps = 7; c.bias_table = false; c.chunk_masks = true; c.n_q = {230}; c.n_k = {290}; add(c); }
+  { Case c = base; c.name = "prior est g4 C16 1 warp per tile"; c.prior = PriorMode::kEstimateDiagonal; c.warps = 1; c.bias_table = false; c.h_q = 8; c.h_kv = 2; c.chunk = 16; c.n_q = {150}; c.n_k = {150}; add(c); }
   { Case c = base; c.name = "prior raw g6 (producer bias)"; c.prior = PriorMode::kRaw; c.h_q = 12; c.h_kv = 2; c.n_q = {333}; c.n_k = {333}; add(c); }
   { Case c = base; c.name = "prior est g32 C16 (producer)"; c.prior = PriorMode::kEstimateDiagonal; c.h_q = 32; c.h_kv = 1; c.chunk = 16; c.n_q = {150}; c.n_k = {150}; add(c); }
   { Case c = base; c.name = "dense g16"; c.dense = true; add(c); }
@@ -428,6 +432,7 @@ std::vector<Case> conformance_cases() {
   { Case c = base; c.name = "wgmma varlen"; c.warps = 8; c.h_q = 32; c.h_kv = 2; c.n_q = {50, 190, 3}; c.n_k = {50, 190, 700}; c.varlen = true; add(c); }
   { Case c = base; c.name = "wgmma chunk masks raw"; c.warps = 8; c.chunk_masks = true; c.prior = PriorMode::kRaw; c.n_q = {400}; c.n_k = {400}; add(c); }
   { Case c = base; c.name = "wgmma chunk masks C16 est"; c.warps = 8; c.chunk_masks = true; c.chunk = 16; c.prior = PriorMode::kEstimateDiagonal; c.n_q = {300}; c.n_k = {330}; add(c); }
+  { Case c = base; c.name = "wgmma chunk masks raw producer"; c.warps = 8; c.chunk_masks = true; c.bias_table = false; c.prior = PriorMode::kRaw; c.n_q = {300}; c.n_k = {300}; add(c); }
   { Case c = base; c.name = "wgmma chunk masks g8 f16"; c.warps = 8; c.chunk_masks = true; c.h_q = 16; c.h_kv = 2; c.dtype = c.o_dtype = DType::kF16; c.prior = PriorMode::kRaw; c.n_q = {260}; c.n_k = {260}; add(c); }
   { Case c = base; c.name = "wgmma padded o f32"; c.warps = 8; c.o_dtype = DType::kF32; c.n_q = {100, 37}; c.n_k = {100, 300}; c.lengths = true; c.bhnd = true; add(c); }
   return cs;
