@@ -6,9 +6,14 @@
 #include <tbb/parallel_for.h>
 #include <tbb/partitioner.h>
 
+#include <sys/mman.h>
+
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <new>
 
 #include "dashattn/params.h"
 #include "dashattn/validate.h"
@@ -32,6 +37,36 @@ class Scratch {
 
  private:
   hwy::AlignedFreeUniquePtr<T[]> data_;
+  size_t capacity_ = 0;
+};
+
+// Grow-only scratch for large blocks read at scattered places (the packed K/V), backed by transparent huge pages
+// where the kernel grants them (madvise mode). Sparse attention touches each 32 KiB K or V block of a chunk once
+// per tile, i.e. 8 fresh 4 KiB pages per block; on a virtual machine every such TLB miss is a two-level page walk.
+// Contents are unspecified after reserve() grows it.
+template <typename T>
+class HugeScratch {
+ public:
+  T* reserve(size_t n) {
+    if (n > capacity_) {
+      constexpr size_t kHuge = size_t{2} << 20;
+      const size_t bytes = (n * sizeof(T) + kHuge - 1) / kHuge * kHuge;
+      data_.reset(static_cast<T*>(std::aligned_alloc(kHuge, bytes)));
+      if (!data_) throw std::bad_alloc();
+#ifdef MADV_HUGEPAGE
+      madvise(data_.get(), bytes, MADV_HUGEPAGE);  // a hint: failure only costs speed
+#endif
+      capacity_ = n;
+    }
+    return data_.get();
+  }
+  T* data() const { return data_.get(); }
+
+ private:
+  struct Free {
+    void operator()(T* p) const { std::free(p); }
+  };
+  std::unique_ptr<T, Free> data_;
   size_t capacity_ = 0;
 };
 

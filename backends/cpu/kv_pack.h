@@ -35,7 +35,7 @@ class PackedKv {
 
   int64_t chunk_ = 0, chunk_pad_ = 0, d_ = 0, d_pad_ = 0, h_kv_ = 0, total_chunks_ = 0;
   std::vector<int64_t> chunk_base_;  // first packed chunk of each sequence
-  Scratch<float> kt_, v_;
+  HugeScratch<float> kt_, v_;
 };
 
 }  // namespace cpu
