@@ -10,7 +10,6 @@
 #include "attend_launch.cuh"
 #include "cuda_internal.cuh"
 #include "dashattn/backend.h"
-#include "dashattn/workspace.h"
 #include "dashattn/error.h"
 #include "dashattn/validate.h"
 
@@ -46,8 +45,6 @@ class DeviceGuard {
 };
 
 cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
-
-size_t align(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
 std::string check_tensor(const char* name, const TensorView& t) {
   if (!t.defined()) return {};
@@ -184,73 +181,12 @@ class CudaBackend final : public Backend {
     launch_attend(p, attend_shape(p), as_stream(p.stream));
   }
 
-  // The core's workspace plan (summaries, mask, τ, μ) followed by Stage 2's split-KV partials, so that decode
-  // can split over the KV axis without allocating in the launch path.
-  size_t workspace_size(const ForwardParams& p) const override {
-    const ProblemShape s = forward_shape(p);
-    return align(plan_workspace(p, s, nullptr).bytes) + attend_workspace_bytes(s);
-  }
-
+  // The core's forward composes the stages over its workspace plan; this backend only adds the device guard and
+  // its Stage-2 split-KV partials, carved from the caller's workspace (decode splits over the KV axis without
+  // allocating in the launch path).
   void forward(const ForwardParams& p) override {
     DeviceGuard guard(p.q.device.index);
-    const ProblemShape s = forward_shape(p);
-    const size_t core_bytes = align(plan_workspace(p, s, nullptr).bytes);
-    const size_t split_bytes = attend_workspace_bytes(s);
-    const size_t need = core_bytes + split_bytes;
-    void* ws = p.workspace;
-    void* owned = nullptr;
-    if (need > 0 && ws == nullptr) {
-      ws = owned = allocate(need);
-    } else if (need > p.workspace_bytes) {
-      throw InvalidArgument("workspace_bytes", ">= " + std::to_string(need) + " (workspace_size())",
-                            std::to_string(p.workspace_bytes));
-    }
-    struct Release {
-      CudaBackend* be;
-      void* ptr;
-      void* stream;
-      ~Release() {
-        if (ptr) {
-          cudaStreamSynchronize(as_stream(stream));
-          be->deallocate(ptr);
-        }
-      }
-    } release{this, owned, p.stream};
-
-    const ForwardParams f = plan_workspace(p, s, ws).params;
-    SummarizeParams sp;
-    sp.k = f.k;
-    sp.summary_query = f.summary_query;
-    sp.summaries = f.summaries;
-    sp.first_chunk = f.summaries_valid;
-    sp.batch = f.batch;
-    sp.method = f.method;
-    sp.stream = f.stream;
-    launch_summarize(sp, as_stream(f.stream));
-
-    RouteParams rp;
-    rp.q = f.q;
-    rp.summaries = f.summaries;
-    rp.n_k = s.n_k;
-    rp.batch = f.batch;
-    rp.method = f.method;
-    rp.routing = f.routing;
-    rp.stream = f.stream;
-    launch_route(rp, route_shape(rp), as_stream(f.stream));
-
-    AttendParams ap;
-    ap.q = f.q;
-    ap.k = f.k;
-    ap.v = f.v;
-    ap.summaries = f.summaries;
-    ap.routing = f.routing;
-    ap.o = f.o;
-    ap.lse = f.lse;
-    ap.batch = f.batch;
-    ap.method = f.method;
-    ap.stream = f.stream;
-    void* split_ws = split_bytes > 0 ? static_cast<char*>(ws) + core_bytes : nullptr;
-    launch_attend(ap, s, split_ws, split_bytes, as_stream(f.stream));
+    Backend::forward(p);
   }
 
   void dense_attention(const DenseParams& p) override {
@@ -302,6 +238,13 @@ class CudaBackend final : public Backend {
   }
 
   void synchronize(void* stream) override { DASHATTN_CUDA_CHECK(cudaStreamSynchronize(as_stream(stream))); }
+
+ protected:
+  size_t attend_scratch_bytes(const ProblemShape& s) const override { return attend_workspace_bytes(s); }
+
+  void attend_with_scratch(const AttendParams& p, const ProblemShape& s, void* scratch, size_t bytes) override {
+    launch_attend(p, s, scratch, bytes, as_stream(p.stream));
+  }
 
  private:
   struct Scratch {

@@ -9,13 +9,28 @@
 
 namespace dashattn {
 
+namespace {
+
+constexpr size_t kScratchAlign = 256;
+size_t align_up(size_t bytes) { return (bytes + kScratchAlign - 1) / kScratchAlign * kScratchAlign; }
+
+}  // namespace
+
+size_t Backend::attend_scratch_bytes(const ProblemShape&) const { return 0; }
+
+void Backend::attend_with_scratch(const AttendParams& p, const ProblemShape&, void*, size_t) { attend(p); }
+
 size_t Backend::workspace_size(const ForwardParams& p) const {
-  return plan_workspace(p, forward_shape(p), nullptr).bytes;
+  const ProblemShape s = forward_shape(p);
+  const size_t scratch = attend_scratch_bytes(s);
+  return align_up(plan_workspace(p, s, nullptr).bytes) + scratch;
 }
 
 void Backend::forward(const ForwardParams& p) {
   const ProblemShape s = forward_shape(p);
-  const size_t need = plan_workspace(p, s, nullptr).bytes;
+  const size_t core_bytes = align_up(plan_workspace(p, s, nullptr).bytes);
+  const size_t scratch_bytes = attend_scratch_bytes(s);
+  const size_t need = core_bytes + scratch_bytes;
   void* ws = p.workspace;
   bool owned = false;
   if (need > 0 && ws == nullptr) {
@@ -73,7 +88,8 @@ void Backend::forward(const ForwardParams& p) {
   ap.batch = f.batch;
   ap.method = f.method;
   ap.stream = f.stream;
-  attend(ap);
+  void* scratch = scratch_bytes > 0 ? static_cast<char*>(ws) + core_bytes : nullptr;
+  attend_with_scratch(ap, s, scratch, scratch_bytes);
 }
 
 }  // namespace dashattn

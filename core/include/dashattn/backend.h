@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "dashattn/params.h"
+#include "dashattn/validate.h"
 
 namespace dashattn {
 
@@ -39,7 +40,8 @@ class Backend {
   virtual void attend(const AttendParams& p) = 0;
   virtual void dense_attention(const DenseParams& p) = 0;
 
-  // Whole forward. The default composes the three stages over a workspace carved by plan_workspace().
+  // Whole forward. The default composes the three stages over a workspace carved by plan_workspace(), followed
+  // by the backend's Stage-2 scratch (attend_scratch_bytes); workspace_size() is the sum of the two.
   virtual void forward(const ForwardParams& p);
   virtual size_t workspace_size(const ForwardParams& p) const;
 
@@ -49,6 +51,12 @@ class Backend {
   virtual void copy(void* dst, const void* src, size_t bytes, CopyKind kind, void* stream) = 0;
   virtual void memset_zero(void* dst, size_t bytes, void* stream) = 0;
   virtual void synchronize(void* stream) = 0;
+
+ protected:
+  // Scratch Stage 2 may use inside forward() (a GPU backend's split-KV partials), so that the whole forward runs
+  // from the caller's workspace without allocating. The default needs none and calls attend().
+  virtual size_t attend_scratch_bytes(const ProblemShape& s) const;
+  virtual void attend_with_scratch(const AttendParams& p, const ProblemShape& s, void* scratch, size_t bytes);
 };
 
 class Registry {
