@@ -1,15 +1,82 @@
-// Stage-1 launcher of one (head dim, dtype) instance: the single-sweep kernel (route_fast.cuh) for every block,
-// then the multi-pass kernel (route_kernels.cuh) for the blocks whose candidate lists overflowed. Queries or
-// summaries whose rows are not 16-byte aligned go to the multi-pass kernel alone. Included only by the generated route_hdim*_*.cu.
+// Stage-1 launcher of one (head dim, dtype) instance: the cluster kernel (route_cluster.cuh) for decode shapes on
+// sm_90, else the single-sweep kernel (route_fast.cuh) for every block, then the multi-pass kernel
+// (route_kernels.cuh) for the blocks either one handed over. Queries or summaries whose rows are not 16-byte
+// aligned go to the multi-pass kernel alone. Included only by the generated route_hdim*_*.cu.
 #pragma once
 
+#include <algorithm>
+#include <atomic>
 #include <string>
 
+#include "route_cluster.cuh"
 #include "route_fast.cuh"
 #include "route_kernels.cuh"
 
 namespace dashattn {
 namespace cuda {
+namespace route_detail {
+
+// Whether the current device runs the cluster kernel of this instance: sm_90 or later, and the loaded image holds
+// that kernel's sm_90 code (a build for sm_80 alone runs its sm_80 code there, which has no clusters). Asked once
+// per device; no synchronization, so it is safe during graph capture.
+template <int kHeadDim, typename T>
+bool cluster_route_available() {
+  static std::atomic<int> known[64];  // 0 unknown, 1 no, 2 yes
+  int dev = 0;
+  DASHATTN_CUDA_CHECK(cudaGetDevice(&dev));
+  if (dev < 0 || dev >= 64) return false;
+  int v = known[dev].load(std::memory_order_relaxed);
+  if (v == 0) {
+    int major = 0;
+    DASHATTN_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    cudaFuncAttributes fa{};
+    DASHATTN_CUDA_CHECK(cudaFuncGetAttributes(&fa, route_cluster_kernel<kHeadDim, T>));
+    v = (major >= 9 && fa.binaryVersion >= 90) ? 2 : 1;
+    known[dev].store(v, std::memory_order_relaxed);
+  }
+  return v == 2;
+}
+
+// Decode routing over thread-block clusters when every query row of a (sequence, KV head) fits one CTA's MMA
+// tiles: returns false (nothing launched) when the shape does not qualify.
+template <int kHeadDim, typename T>
+bool launch_cluster_route(const RouteArgs& a, const ProblemShape& s, cudaStream_t stream) {
+  using C = Config<kHeadDim>;
+  constexpr int kMaxRows = (kClusterMaxRows / 16 < C::kMTiles ? kClusterMaxRows / 16 : C::kMTiles) * 16;
+  const int64_t rows = s.n_q * s.group;
+  if (rows < 1 || rows > kMaxRows || s.max_chunks < 1) return false;
+  ClusterArgs ca{};
+  const int64_t ctas = std::min<int64_t>(kClusterMaxCtas, std::max<int64_t>(1, ceil_div(s.max_chunks, kClusterTargetChunks)));
+  ca.ctas = static_cast<int>(ctas);
+  const int64_t per_cap = ceil_div(ceil_div(s.max_chunks, 32), ctas) * 32;
+  if (per_cap > 65535) return false;
+  ca.per_cap = static_cast<int>(per_cap);
+  ca.rows_alloc = static_cast<int>(rows);
+  ca.tokens_alloc = static_cast<int>(s.n_q);
+  const int64_t solved_rows = ceil_div(rows, ctas);
+  ca.gather_cap = static_cast<int>(ClusterSmem<kHeadDim>::kStageBytes / 4 / static_cast<size_t>(solved_rows));
+  const size_t smem = ClusterSmem<kHeadDim>::bytes(ca);
+  if (smem > 200 * 1024 || !cluster_route_available<kHeadDim, T>()) return false;
+  DASHATTN_CUDA_CHECK(cudaFuncSetAttribute(route_cluster_kernel<kHeadDim, T>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(ctas), static_cast<unsigned>(s.h_kv), static_cast<unsigned>(s.batch));
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = static_cast<unsigned>(ctas);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  DASHATTN_CUDA_CHECK(cudaLaunchKernelEx(&cfg, route_cluster_kernel<kHeadDim, T>, a, ca));
+  DASHATTN_CUDA_CHECK_LAUNCH();
+  return true;
+}
+
+}  // namespace route_detail
 
 template <int kHeadDim, typename T>
 void route_instance(const RouteParams& p, const ProblemShape& s, cudaStream_t stream) {
@@ -48,7 +115,10 @@ void route_instance(const RouteParams& p, const ProblemShape& s, cudaStream_t st
   const auto q_addr = reinterpret_cast<uintptr_t>(p.q.data);
   const bool q_vec16 =
       q_addr % 16 == 0 && p.q.stride[0] % 8 == 0 && p.q.stride[1] % 8 == 0 && p.q.stride[2] % 8 == 0;
-  if (a.summaries_vec16 && q_vec16) {
+  if (a.summaries_vec16 && q_vec16 && launch_cluster_route<kHeadDim, T>(a, s, stream)) {
+    // Decode: the cluster kernel did every (sequence, KV head) except those it marked for the multi-pass kernel.
+    a.only_flagged = true;
+  } else if (a.summaries_vec16 && q_vec16) {
     // Blocks of one warp's rows (decode) are few and latency-bound: a deeper ring and longer lists. Prefill keeps
     // two tiles in flight and short lists so that three blocks fit on a multiprocessor.
     const bool decode_like = s.n_q * s.group <= C::kMTiles * 16;
