@@ -218,6 +218,14 @@ TEST_CASE("cuda small grid: stages 0 and 1 match the reference") {
   check_case(small_case());
 }
 
+// Small enough for the sanitizers (scripts/gpu_check.sh runs them on "cuda small grid*"): one query per sequence
+// and 128 chunks, so routing runs on the sm_90 cluster path with 4 CTAs exchanging maxima and candidates.
+TEST_CASE("cuda small grid: decode routing over clusters") {
+  if (!compiled(128)) return;
+  Case c{"decode b=2, n_q=1, n_k=8192, C=64, d=128, g=16", spec(2, 1, 8192, 32, 2, 128, DType::kBF16, 8.0, 45), {}};
+  check_case(c);
+}
+
 TEST_CASE("cuda stages 0 and 1 match the reference") {
   std::vector<Case> cases;
   if (compiled(128)) {
@@ -234,6 +242,24 @@ TEST_CASE("cuda stages 0 and 1 match the reference") {
     cases.push_back(dc);
     Case dl{"decode b=2, n_q=1, n_k=16000, C=64, d=128, g=16", spec(2, 1, 16000, 32, 2, 128, DType::kBF16, 8.0, 35), {}};
     cases.push_back(dl);
+    // The cluster routing path with per-sequence lengths: padded and packed decode batches.
+    Case dp{"padded decode b=3, n_q=1, seqlens_k 5000/700/3001, C=64, g=16",
+            spec(3, 1, 5000, 32, 2, 128, DType::kBF16, 8.0, 37), {}};
+    dp.spec.seqlens_q = {1, 1, 1};
+    dp.spec.seqlens_k = {5000, 700, 3001};
+    cases.push_back(dp);
+    Case dv{"varlen decode n_q 1/1/1, n_k 3000/64/4100, C=32, g=16", spec(1, 0, 0, 32, 2, 128, DType::kBF16, 8.0, 39),
+            {}};
+    dv.spec.varlen_q = {1, 1, 1};
+    dv.spec.varlen_k = {3000, 64, 4100};
+    dv.method.chunk_size = 32;
+    cases.push_back(dv);
+    // Nearly equal scores make every one of 5000 chunks a candidate: more than the cluster kernel's lists hold,
+    // so it hands the rows to the exact multi-pass kernel.
+    Case dover{"decode overflow hand-over, n_k=80000, C=16, g=16", spec(1, 1, 80000, 32, 2, 128, DType::kBF16, 0.02, 43),
+               {}};
+    dover.method.chunk_size = 16;
+    cases.push_back(dover);
     Case m{"mean pooling, bhnd, g=1, C=128, gamma=2", spec(1, 1500, 1500, 2, 2, 128, DType::kBF16, 6.0, 41), {}};
     m.spec.zero_summary_query = true;
     m.spec.layout = ref::Layout::kBHND;
