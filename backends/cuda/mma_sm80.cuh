@@ -66,5 +66,34 @@ __device__ __forceinline__ void cp_async_wait(int pending) {
   }
 }
 
+
+// Scores of one 16-chunk sub-tile of summaries (shared memory) against kMT 16-row tiles of queries held as A
+// fragments: acc[mt][n] covers chunks 8n..8n+7 of the sub-tile. `brow` is this lane's ldmatrix row in the sub-tile.
+// Row tiles that hold no live row are skipped (their acc stays 0).
+template <typename T, int kMT, int kKS>
+__device__ __forceinline__ void score_subtile(float (&acc)[kMT][2][4], const uint32_t (&qf)[kMT][kKS][4],
+                                              const bool (&mt_active)[kMT], const uint16_t* brow) {
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int n = 0; n < 2; ++n)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[mt][n][i] = 0.0f;
+#pragma unroll
+  for (int ks = 0; ks < kKS; ++ks) {
+    uint32_t b4[4];
+    ldmatrix_x4(b4, brow + ks * 16);
+    const uint32_t b0[2] = {b4[0], b4[1]}, b1[2] = {b4[2], b4[3]};
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) {
+      if (mt_active[mt]) {
+        mma_m16n8k16<T>(acc[mt][0], qf[mt][ks], b0);
+        mma_m16n8k16<T>(acc[mt][1], qf[mt][ks], b1);
+      }
+    }
+  }
+}
+
 }  // namespace cuda
+
 }  // namespace dashattn

@@ -176,28 +176,10 @@ __global__ void __launch_bounds__(kThreads) route_cluster_kernel(RouteArgs a, Cl
     cp_async_wait(0);
     __syncthreads();
     for (int sub = warp; sub * kSubChunks < nrows; sub += kWarps) {
-      float acc[kMT][2][4];
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-        for (int n = 0; n < 2; ++n)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) acc[mt][n][i] = 0.0f;
       const uint16_t* brow =
           stage + (sub * kSubChunks + ((lane >> 4) << 3) + (lane & 7)) * C::kTileStride + ((lane >> 3) & 1) * 8;
-#pragma unroll
-      for (int ks = 0; ks < kKS; ++ks) {
-        uint32_t b4[4];
-        ldmatrix_x4(b4, brow + ks * 16);
-        const uint32_t b0[2] = {b4[0], b4[1]}, b1[2] = {b4[2], b4[3]};
-#pragma unroll
-        for (int mt = 0; mt < kMT; ++mt) {
-          if (mt_active[mt]) {
-            mma_m16n8k16<T>(acc[mt][0], qf[mt][ks], b0);
-            mma_m16n8k16<T>(acc[mt][1], qf[mt][ks], b1);
-          }
-        }
-      }
+      float acc[kMT][2][4];
+      score_subtile<T>(acc, qf, mt_active, brow);
       const int c0 = cb + sub * kSubChunks;
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt) {

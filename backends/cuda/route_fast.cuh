@@ -225,28 +225,10 @@ __global__ void __launch_bounds__(kThreads, 1) route_fast_kernel(RouteArgs a) {
     for (int sub = split ? warp : 0; sub < kSubTiles; sub += split ? kSubTiles : 1) {
       const int c0 = tl * kStageChunks + sub * kSubChunks;
       if (c0 >= cmax) break;
-      float acc[kMT][2][4];
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-        for (int n = 0; n < 2; ++n)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) acc[mt][n][i] = 0.0f;
       const uint16_t* brow =
           tile + (sub * kSubChunks + ((lane >> 4) << 3) + (lane & 7)) * C::kTileStride + ((lane >> 3) & 1) * 8;
-#pragma unroll
-      for (int ks = 0; ks < kKS; ++ks) {
-        uint32_t b4[4];
-        ldmatrix_x4(b4, brow + ks * 16);
-        const uint32_t b0[2] = {b4[0], b4[1]}, b1[2] = {b4[2], b4[3]};
-#pragma unroll
-        for (int mt = 0; mt < kMT; ++mt) {
-          if (mt_active[mt]) {
-            mma_m16n8k16<T>(acc[mt][0], qf[mt][ks], b0);
-            mma_m16n8k16<T>(acc[mt][1], qf[mt][ks], b1);
-          }
-        }
-      }
+      float acc[kMT][2][4];
+      score_subtile<T>(acc, qf, mt_active, brow);
       // Element (mt, n, i): row half h = i / 2, chunk c0 + n·8 + 2·quad + (i & 1).
       float lm[kMT][2];
       bool rise = false;

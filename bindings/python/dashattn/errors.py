@@ -55,6 +55,6 @@ class InternalError(DashattnError, RuntimeError):
 
 
 class BackwardNotAvailableError(DashattnError, RuntimeError):
-    """Autograd reached DashAttention, whose backward pass is not implemented on this backend yet."""
+    """Autograd reached DashAttention on a backend that has no backward pass (training support comes later)."""
 
     code = "unsupported"
