@@ -1,0 +1,93 @@
+// Stage-2 kernel configuration and shared-memory layouts (see attend_kernel.cuh for the design).
+#pragma once
+
+#include <cstdint>
+
+#include "attend_args.cuh"
+#include "attend_masks.cuh"
+#include "attend_wgmma.cuh"
+
+namespace dashattn::cuda {
+
+template <int kHeadDim_, typename Element_, int kWarps_, int kStages_, bool kWgmma_ = false,
+          bool kConsumerBias_ = false>
+struct AttendConfig {
+  static constexpr int kHeadDim = kHeadDim_;
+  using Element = Element_;
+  static constexpr int kWarps = kWarps_;             // consumer warps
+  // Warpgroup MMA (sm_90a): consumer warps in groups of 4 share each S = Q K^T and O += P V (64 rows, d = 128).
+  // Compiled for a target without wgmma, the same configuration runs the per-warp mma.sync path.
+  static constexpr bool kWgmma = kWgmma_ && wgmma::kAvailable;
+  static_assert(!kWgmma_ || (kWarps_ % 4 == 0 && kHeadDim_ == 128), "wgmma tiling: warpgroups of 64 rows, d = 128");
+  static constexpr int kThreads = (kWarps + 1) * 32;  // + the producer warp
+  static constexpr int kStages = kStages_;
+  // Prior bias computed by the consumer warps (launched only when 16 % g == 0 and a prior is on). A separate
+  // instance, so that the kernels without the bias keep their registers (the 9-warp tiling runs at its cap).
+  static constexpr bool kConsumerBias = kConsumerBias_;
+  using WithConsumerBias = AttendConfig<kHeadDim_, Element_, kWarps_, kStages_, kWgmma_, true>;
+  static constexpr int kRows = 16 * kWarps;
+  static constexpr int kKSteps = kHeadDim / 16;     // k-steps of QK^T
+  static constexpr int kONTiles = kHeadDim / 8;     // n-tiles of the O accumulator
+  static constexpr bool kQInRegisters = kHeadDim <= 64;
+  static constexpr int kRowPieces = kHeadDim / 8;   // 16-byte pieces per row
+  static constexpr int kTileElems = kTileKeys * kHeadDim;
+  static constexpr int kColBlocks = kHeadDim / 64;  // 128-byte column blocks of a K/V tile (one tensor-copy box each)
+  static_assert(kHeadDim % 64 == 0, "the swizzle needs at least 8 16-byte pieces per row");
+  static_assert(sizeof(Element) == 2, "tiles are laid out for 16-bit elements");
+
+  // Dynamic shared memory (bytes), after aligning the base to 1024 (the 128-byte swizzle of the tensor copies
+  // repeats every 8 rows of 128 bytes): K/V ring, Q, per-stage bias tables, mbarriers + counters, union bitset.
+  static constexpr uint32_t kBlockBytes = kTileKeys * 128;  // one 64-key x 64-column box
+  static constexpr uint32_t kTileBytes = uint32_t(kTileElems) * sizeof(Element);
+  static constexpr size_t kRingBytes = size_t(kStages) * 2 * kTileBytes;
+  static constexpr size_t kQBytes = size_t(kRows) * kHeadDim * sizeof(Element);
+  static constexpr int kBiasScratch = 4 * (kRows < 32 ? 32 : kRows);  // head weights of one batch of bias items
+  static constexpr size_t kBiasBytes = (size_t(kStages) * kRows * 4 + kBiasScratch) * sizeof(float);
+  // Summaries k̄ of the chunks of each stage's tile (at most 4: C >= 16) for the consumers' bias MMA, rows padded
+  // by 16 bytes so that the 4 rows an ldmatrix reads fall in distinct banks.
+  static constexpr int kKbarRowElems = kHeadDim + 8;
+  static constexpr uint32_t kKbarStageBytes = 4u * kKbarRowElems * sizeof(Element);
+  static constexpr size_t kKbarBytes = kConsumerBias ? size_t(kStages) * kKbarStageBytes : 0;
+  static constexpr size_t kBarrierBytes = size_t(2 * kStages) * 8 + 16;
+  static constexpr size_t kFixedBytes = kRingBytes + kQBytes + kBiasBytes + kKbarBytes + kBarrierBytes;
+  static size_t smem_bytes(int union_words) { return 1024 + kFixedBytes + size_t(union_words) * 4; }
+};
+
+// Element offset of (row, col) in a K/V tile: column blocks of 64 elements, each [64 rows][128 bytes] with the
+// 16-byte pieces XOR-swizzled by row % 8, exactly the layout a 128-byte-swizzled tensor copy writes.
+template <int kHeadDim>
+__device__ __forceinline__ int kv_swz(int row, int col) {
+  return (col >> 6) * (kTileKeys * 64) + row * 64 + ((((col >> 3) & 7) ^ (row & 7)) << 3) + (col & 7);
+}
+
+// Element offset of (row, col) in Q: the same column-block layout as the K/V tiles with kRows rows per block (so
+// that ldmatrix over 8 consecutive rows hits 8 different bank groups, and wgmma reads it as a K-major operand).
+template <int kRows>
+__device__ __forceinline__ int q_swz(int row, int col) {
+  return (col >> 6) * (kRows * 64) + row * 64 + ((((col >> 3) & 7) ^ (row & 7)) << 3) + (col & 7);
+}
+
+struct RowInfo {
+  RowRouting route;
+  int token_slot;  // token - first token of the CTA (index into the stage's bias table)
+  bool valid;
+};
+
+__device__ __forceinline__ const uint32_t* mask_row_ptr(const AttendArgs& a, const SequenceSpan& sp, int kv_head,
+                                                        int64_t token) {
+  return static_cast<const uint32_t*>(a.mask.data) + row_output_offset(a.mask, sp, kv_head, token);
+}
+
+// Iterates the set bits of the shared union bitset in ascending order.
+struct TileCursor {
+  int word;
+  uint32_t bits;
+  __device__ __forceinline__ int64_t next(const uint32_t* words) {
+    while (bits == 0) bits = words[++word];
+    const int b = __ffs(bits) - 1;
+    bits &= bits - 1;
+    return int64_t(word) * 32 + b;
+  }
+};
+
+}  // namespace dashattn::cuda
