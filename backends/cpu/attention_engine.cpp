@@ -53,8 +53,10 @@ void prefetch_bytes(const void* p, int64_t bytes) {
 struct TileScratch {
   Scratch<float> q, o, s, row_max, row_sum;
   Scratch<float> gathered_max, gathered_sum, gathered_rescale, gathered_bias;
-  Scratch<int> gathered_valid, gathered_row, selected_query, selected_valid;
-  Scratch<float> selected_bias;
+  Scratch<int> gathered_valid, gathered_row;
+  Scratch<int> bucket_begin, bucket_fill, entry_query, entry_valid;
+  Scratch<float> entry_bias;
+  Scratch<int64_t> walk_chunks;
   Scratch<const float*> a_rows, p_rows, q_rows;
   Scratch<float*> o_rows;
   Scratch<int64_t> list_chunk;
@@ -66,7 +68,7 @@ struct TileQuery {
   int64_t row = 0;   // row in q / o / per-row outputs
   int64_t pos = 0;   // absolute key position
   int64_t diag = 0;  // diagonal chunk
-  int64_t len = 0, cursor = 0;
+  int64_t len = 0;
 };
 
 struct Item {
@@ -149,7 +151,6 @@ class TileRunner {
       chunks[len] = tq.diag;
       bias[len] = 0.0f;
       tq.len = len + 1;
-      tq.cursor = 0;
     }
 
     // o needs no clearing: a row's first chunk has rescale 0, and accumulate_pv then starts from zero.
@@ -165,42 +166,60 @@ class TileRunner {
     float* g_bias = ws.gathered_bias.reserve(rows);
     int* g_valid = ws.gathered_valid.reserve(rows);
     int* g_row = ws.gathered_row.reserve(rows);
-    int* sel_query = ws.selected_query.reserve(nq);
-    int* sel_valid = ws.selected_valid.reserve(nq);
-    float* sel_bias = ws.selected_bias.reserve(nq);
 
-    auto next_chunk = [&]() {
-      int64_t c = std::numeric_limits<int64_t>::max();
-      for (int64_t qi = 0; qi < nq; ++qi) {
-        const TileQuery& tq = queries[qi];
-        if (tq.cursor < tq.len) c = std::min(c, list_chunk[qi * list_cap + tq.cursor]);
+    // Every (query, chunk) pair of the tile sorted by chunk once (a counting sort over the queries' ascending
+    // lists, so each chunk's entries stay in query order), instead of scanning all tile queries per chunk.
+    const int64_t chunk_slots = queries[nq - 1].diag + 1;  // the last query's diagonal is the tile's last chunk
+    int* bucket_begin = ws.bucket_begin.reserve(chunk_slots + 1);
+    std::fill(bucket_begin, bucket_begin + chunk_slots + 1, 0);
+    int64_t entries = 0;
+    for (int64_t qi = 0; qi < nq; ++qi) {
+      const int64_t* chunks = list_chunk + qi * list_cap;
+      for (int64_t k = 0; k < queries[qi].len; ++k) ++bucket_begin[chunks[k] + 1];
+      entries += queries[qi].len;
+    }
+    for (int64_t c = 0; c < chunk_slots; ++c) bucket_begin[c + 1] += bucket_begin[c];
+    int* fill = ws.bucket_fill.reserve(chunk_slots);
+    std::copy(bucket_begin, bucket_begin + chunk_slots, fill);
+    int* entry_query = ws.entry_query.reserve(entries);
+    int* entry_valid = ws.entry_valid.reserve(entries);
+    float* entry_bias = ws.entry_bias.reserve(entries);
+    for (int64_t qi = 0; qi < nq; ++qi) {
+      const TileQuery& tq = queries[qi];
+      const int64_t* chunks = list_chunk + qi * list_cap;
+      const float* bias = list_bias + qi * list_cap;
+      for (int64_t k = 0; k < tq.len; ++k) {
+        const int e = fill[chunks[k]]++;
+        entry_query[e] = static_cast<int>(qi);
+        // Visible keys: C for a routed chunk, fewer on the query's diagonal.
+        entry_valid[e] = static_cast<int>(chunks[k] == tq.diag ? tq.pos - chunks[k] * C + 1 : C);
+        entry_bias[e] = bias[k];
       }
-      return c;
-    };
-    constexpr int64_t kNone = std::numeric_limits<int64_t>::max();
-    for (int64_t chunk = next_chunk(); chunk != kNone;) {
-      // The tile queries attending to this chunk, each with its visible keys in it: C for a routed chunk, fewer
-      // on its diagonal.
-      int selected = 0;
-      for (int64_t qi = 0; qi < nq; ++qi) {
-        TileQuery& tq = queries[qi];
-        if (tq.cursor >= tq.len || list_chunk[qi * list_cap + tq.cursor] != chunk) continue;
-        sel_query[selected] = static_cast<int>(qi);
-        sel_valid[selected] = static_cast<int>(chunk == tq.diag ? tq.pos - chunk * C + 1 : C);
-        sel_bias[selected] = list_bias[qi * list_cap + tq.cursor];
-        ++selected;
-        ++tq.cursor;
-      }
+    }
+    int64_t* walk = ws.walk_chunks.reserve(chunk_slots);
+    int64_t walk_len = 0;
+    for (int64_t c = 0; c < chunk_slots; ++c)
+      if (bucket_begin[c + 1] > bucket_begin[c]) walk[walk_len++] = c;
+
+    for (int64_t w = 0; w < walk_len; ++w) {
+      const int64_t chunk = walk[w];
+      const int* sel_query = entry_query + bucket_begin[chunk];
+      const int* sel_valid = entry_valid + bucket_begin[chunk];
+      const float* sel_bias = entry_bias + bucket_begin[chunk];
+      const int selected = bucket_begin[chunk + 1] - bucket_begin[chunk];
+      int min_valid = static_cast<int>(C);
+      for (int k = 0; k < selected; ++k) min_valid = std::min(min_valid, sel_valid[k]);
       // A sparse tile jumps between chunks the hardware prefetcher cannot guess: fetch the next chunk's K/V
       // blocks while this one computes.
-      const int64_t following = next_chunk();
-      if (following != kNone) {
-        prefetch_block(kv_.kt_block(item.seq, r, following), d * cp);
-        prefetch_block(kv_.v_block(item.seq, r, following), C * dp);
+      if (w + 1 < walk_len) {
+        prefetch_block(kv_.kt_block(item.seq, r, walk[w + 1]), d * cp);
+        prefetch_block(kv_.v_block(item.seq, r, walk[w + 1]), C * dp);
       }
       // Rows are processed in bands of visible-key counts rounded up to kFloatPad, so the early rows of a
       // diagonal chunk do not pay for the columns only the late rows see. Routed rows all fall in the last band.
-      for (int64_t band_cols = kFloatPad; band_cols < cp + kFloatPad; band_cols += kFloatPad) {
+      // Bands below the smallest visible-key count are empty: a chunk only routed starts at the last band.
+      for (int64_t band_cols = std::min(cp, pad_floats(min_valid)); band_cols < cp + kFloatPad;
+           band_cols += kFloatPad) {
         const int64_t band_lo = band_cols - kFloatPad;  // valid in (band_lo, band_cols], the last band open above
         int m = 0, keys = 0;
         for (int k = 0; k < selected; ++k) {
@@ -229,7 +248,6 @@ class TileRunner {
           row_sum[g_row[k]] = g_sum[k];
         }
       }
-      chunk = following;
     }
 
     for (int64_t qi = 0; qi < nq; ++qi) {

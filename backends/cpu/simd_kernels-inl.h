@@ -269,15 +269,88 @@ inline void AccumulatePv(float* const* o_rows, const float* rescale, const float
 
 #undef DASHATTN_BLOCK_CASES
 
+// exp(old − new) of the running maximum; the common cases (unchanged maximum, empty running state) skip the
+// libm call and give the bits std::exp would.
+inline float RescaleFactor(float old_max, float new_max) {
+  if (old_max == new_max) return 1.0f;
+  if (old_max == -std::numeric_limits<float>::infinity()) return 0.0f;
+  return std::exp(old_max - new_max);
+}
+
+// One row held in NV registers: one load and one store per vector instead of four passes through memory, and
+// the mask applied by a lane compare instead of scalar fills. Same operations in the same order as the memory
+// form below, so the results are the same bits.
+template <int NV>
+HWY_INLINE void SoftmaxRowInRegisters(float* x, const FloatVec vscale, bool biased, float bias, int lim,
+                                      float& row_max, float& row_sum, float& rescale) {
+  const FloatTag df;
+  const int lanes = static_cast<int>(hn::Lanes(df));
+  const FloatVec neg_inf = hn::Set(df, -std::numeric_limits<float>::infinity());
+  const FloatVec vlim = hn::Set(df, static_cast<float>(lim));
+  const FloatVec iota = hn::Iota(df, 0.0f);
+  FloatVec xv[NV];
+  FloatVec mx = neg_inf;
+  if (biased) {
+    const FloatVec b = hn::Set(df, bias);
+    for (int v = 0; v < NV; ++v) xv[v] = hn::MulAdd(hn::Load(df, x + v * lanes), vscale, b);
+  } else {
+    for (int v = 0; v < NV; ++v) xv[v] = hn::Mul(hn::Load(df, x + v * lanes), vscale);
+  }
+  const bool partial = lim < NV * lanes;
+  if (partial) {
+    for (int v = 0; v < NV; ++v) {
+      const auto keep = hn::Lt(hn::Add(iota, hn::Set(df, static_cast<float>(v * lanes))), vlim);
+      xv[v] = hn::IfThenElse(keep, xv[v], neg_inf);
+    }
+  }
+  for (int v = 0; v < NV; ++v) mx = hn::Max(mx, xv[v]);
+  const float new_max = std::max(row_max, hn::GetLane(hn::MaxOfLanes(df, mx)));
+  const float sc = RescaleFactor(row_max, new_max);
+  const FloatVec m = hn::Set(df, new_max);
+  FloatVec sum = hn::Zero(df);
+  for (int v = 0; v < NV; ++v) {
+    FloatVec e = hn::Exp(df, hn::Sub(xv[v], m));
+    if (partial) e = hn::IfThenElseZero(hn::Lt(hn::Add(iota, hn::Set(df, static_cast<float>(v * lanes))), vlim), e);
+    hn::Store(e, df, x + v * lanes);
+    sum = hn::Add(sum, e);
+  }
+  rescale = sc;
+  row_sum = row_sum * sc + hn::GetLane(hn::SumOfLanes(df, sum));
+  row_max = new_max;
+}
+
 inline void SoftmaxStep(float* s, int64_t s_stride, int rows, int cols, float scale, const float* bias,
                         const int* valid, float* row_max, float* row_sum, float* rescale) {
   const FloatTag df;
   const int lanes = static_cast<int>(hn::Lanes(df));
   const float neg_inf = -std::numeric_limits<float>::infinity();
+  const FloatVec vscale = hn::Set(df, scale);
+  const int nvec = cols / lanes;
+  if (nvec <= 8) {
+    for (int r = 0; r < rows; ++r) {
+      float* x = s + static_cast<int64_t>(r) * s_stride;
+      const bool biased = bias != nullptr && bias[r] != 0.0f;
+      const float b = biased ? bias[r] : 0.0f;
+      switch (nvec) {
+#define DASHATTN_SOFTMAX_CASE(NV) \
+  case NV: SoftmaxRowInRegisters<NV>(x, vscale, biased, b, valid[r], row_max[r], row_sum[r], rescale[r]); break;
+        DASHATTN_SOFTMAX_CASE(1)
+        DASHATTN_SOFTMAX_CASE(2)
+        DASHATTN_SOFTMAX_CASE(3)
+        DASHATTN_SOFTMAX_CASE(4)
+        DASHATTN_SOFTMAX_CASE(5)
+        DASHATTN_SOFTMAX_CASE(6)
+        DASHATTN_SOFTMAX_CASE(7)
+        DASHATTN_SOFTMAX_CASE(8)
+#undef DASHATTN_SOFTMAX_CASE
+        default: break;
+      }
+    }
+    return;
+  }
   for (int r = 0; r < rows; ++r) {
     float* x = s + static_cast<int64_t>(r) * s_stride;
     const int lim = valid[r];
-    const FloatVec vscale = hn::Set(df, scale);
     FloatVec mx = hn::Set(df, neg_inf);
     if (bias != nullptr && bias[r] != 0.0f) {
       const FloatVec b = hn::Set(df, bias[r]);
@@ -293,8 +366,7 @@ inline void SoftmaxStep(float* s, int64_t s_stride, int rows, int cols, float sc
     const float block_max = hn::GetLane(hn::MaxOfLanes(df, mx));
     const float old_max = row_max[r];
     const float new_max = std::max(old_max, block_max);
-    // exp(−inf − finite) is 0 with std::exp, which is what an empty running state needs.
-    const float sc = std::exp(old_max - new_max);
+    const float sc = RescaleFactor(old_max, new_max);
     const FloatVec m = hn::Set(df, new_max);
     FloatVec sum = hn::Zero(df);
     for (int j = 0; j < cols; j += lanes) {
