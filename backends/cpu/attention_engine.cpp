@@ -242,7 +242,17 @@ class TileRunner {
         const int cols = static_cast<int>(std::min(cp, pad_floats(keys)));
         matmul_bt(a_rows, m, static_cast<int>(d), kv_.kt_block(item.seq, r, chunk), cp, cols, s, cp);
         softmax_step(s, cp, m, cols, job_.scale, biased_ ? g_bias : nullptr, g_valid, g_max, g_sum, g_rescale);
-        accumulate_pv(o_rows, g_rescale, p_rows, m, kv_.v_block(item.seq, r, chunk), dp, keys, static_cast<int>(dp));
+        const float* vb = kv_.v_block(item.seq, r, chunk);
+        if (keys < C && g >= 4) {
+          // A diagonal band: each query's g rows take exactly its visible keys, not the band's largest count
+          // (the skipped probabilities are 0). g >= 4 keeps the P·V kernel's full 4-row blocks.
+          for (int k0 = 0; k0 < m; k0 += static_cast<int>(g)) {
+            accumulate_pv(o_rows + k0, g_rescale + k0, p_rows + k0, static_cast<int>(g), vb, dp, g_valid[k0],
+                          static_cast<int>(dp));
+          }
+        } else {
+          accumulate_pv(o_rows, g_rescale, p_rows, m, vb, dp, keys, static_cast<int>(dp));
+        }
         for (int k = 0; k < m; ++k) {
           row_max[g_row[k]] = g_max[k];
           row_sum[g_row[k]] = g_sum[k];
