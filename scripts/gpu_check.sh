@@ -29,9 +29,9 @@ note() { summary+=("$1"); echo "== $1"; }
 
 bench_flag=OFF
 [ -f bench/CMakeLists.txt ] && bench_flag=ON
-# A GPU machine without the Debian packages: header-only test dependencies can come in .gpubuild/prefix
-# (made by scripts/stage_gpu_deps.sh on a machine that has them)
-# (nlohmann-json, doctest, Eigen); the CPU backend and the CLI need compiled packages and are left out there.
+# A GPU machine without the Debian packages: the header-only test dependencies (nlohmann-json, doctest, Eigen) can
+# come in .gpubuild/prefix, made by scripts/stage_gpu_deps.sh on a machine that has them; the CPU backend and the
+# CLI need compiled packages and are left out there.
 extra=()
 if [ -d .gpubuild/prefix ]; then
   extra+=(-DCMAKE_PREFIX_PATH="$PWD/.gpubuild/prefix")
