@@ -215,15 +215,45 @@ class TileRunner {
         prefetch_block(kv_.kt_block(item.seq, r, walk[w + 1]), d * cp);
         prefetch_block(kv_.v_block(item.seq, r, walk[w + 1]), C * dp);
       }
-      // Rows are processed in bands of visible-key counts rounded up to kFloatPad, so the early rows of a
-      // diagonal chunk do not pay for the columns only the late rows see. Routed rows all fall in the last band.
+      const float* kb = kv_.kt_block(item.seq, r, chunk);
+      const float* vb = kv_.v_block(item.seq, r, chunk);
+      // With g >= 4 a query's rows fill whole register blocks: each diagonal query's scores are taken over only
+      // the columns it sees and turned into probabilities in registers, then P·V runs over its visible keys (all
+      // scores first, then all P·V, so the chunk's K and V blocks are not both needed in L1 at once). The rows
+      // that see the whole chunk form one band.
+      const bool per_query_diagonal = g >= 4;
+      if (per_query_diagonal && min_valid < C) {
+        int m = 0;
+        for (int k = 0; k < selected; ++k) {
+          if (sel_valid[k] >= C) continue;
+          const int64_t rr = sel_query[k] * g;
+          prefix_softmax(q_rows + rr, static_cast<int>(g), static_cast<int>(d), sel_valid[k], kb, cp, job_.scale,
+                         row_max + rr, row_sum + rr, g_rescale + m, s + m * cp, cp);
+          m += static_cast<int>(g);
+        }
+        m = 0;
+        for (int k = 0; k < selected; ++k) {
+          if (sel_valid[k] >= C) continue;
+          const int64_t rr = sel_query[k] * g;
+          for (int64_t h = 0; h < g; ++h) {
+            o_rows[h] = o + (rr + h) * dp;
+            p_rows[h] = s + (m + h) * cp;
+          }
+          accumulate_pv(o_rows, g_rescale + m, p_rows, static_cast<int>(g), vb, dp, sel_valid[k],
+                        static_cast<int>(dp));
+          m += static_cast<int>(g);
+        }
+      }
+      // Otherwise rows are processed in bands of visible-key counts rounded up to kFloatPad, so the early rows of
+      // a diagonal chunk do not pay for the columns only the late rows see. Routed rows all fall in the last band.
       // Bands below the smallest visible-key count are empty: a chunk only routed starts at the last band.
-      for (int64_t band_cols = std::min(cp, pad_floats(min_valid)); band_cols < cp + kFloatPad;
-           band_cols += kFloatPad) {
+      const int64_t first_band = per_query_diagonal ? cp : std::min(cp, pad_floats(min_valid));
+      for (int64_t band_cols = first_band; band_cols < cp + kFloatPad; band_cols += kFloatPad) {
         const int64_t band_lo = band_cols - kFloatPad;  // valid in (band_lo, band_cols], the last band open above
         int m = 0, keys = 0;
         for (int k = 0; k < selected; ++k) {
           const int valid = sel_valid[k];
+          if (per_query_diagonal && valid < C) continue;
           if (valid <= band_lo || (valid > band_cols && band_cols < cp)) continue;
           keys = std::max(keys, valid);
           for (int64_t h = 0; h < g; ++h, ++m) {
@@ -240,19 +270,9 @@ class TileRunner {
         }
         if (m == 0) continue;
         const int cols = static_cast<int>(std::min(cp, pad_floats(keys)));
-        matmul_bt(a_rows, m, static_cast<int>(d), kv_.kt_block(item.seq, r, chunk), cp, cols, s, cp);
+        matmul_bt(a_rows, m, static_cast<int>(d), kb, cp, cols, s, cp);
         softmax_step(s, cp, m, cols, job_.scale, biased_ ? g_bias : nullptr, g_valid, g_max, g_sum, g_rescale);
-        const float* vb = kv_.v_block(item.seq, r, chunk);
-        if (keys < C && g >= 4) {
-          // A diagonal band: each query's g rows take exactly its visible keys, not the band's largest count
-          // (the skipped probabilities are 0). g >= 4 keeps the P·V kernel's full 4-row blocks.
-          for (int k0 = 0; k0 < m; k0 += static_cast<int>(g)) {
-            accumulate_pv(o_rows + k0, g_rescale + k0, p_rows + k0, static_cast<int>(g), vb, dp, g_valid[k0],
-                          static_cast<int>(dp));
-          }
-        } else {
-          accumulate_pv(o_rows, g_rescale, p_rows, m, vb, dp, keys, static_cast<int>(dp));
-        }
+        accumulate_pv(o_rows, g_rescale, p_rows, m, vb, dp, keys, static_cast<int>(dp));
         for (int k = 0; k < m; ++k) {
           row_max[g_row[k]] = g_max[k];
           row_sum[g_row[k]] = g_sum[k];

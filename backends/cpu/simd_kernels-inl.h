@@ -12,6 +12,7 @@
 #include <cstring>
 #include <limits>
 
+#include "backends/cpu/simd_kernels.h"
 #include "dashattn/dtype.h"
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
@@ -159,11 +160,10 @@ inline float DotRow(const float* a, const float* b, int64_t n) {
 }
 
 template <int R, int V>
-HWY_INLINE void MatmulTile(const float* const* a, int depth, const float* bt, int64_t bt_stride, float* s,
-                           int64_t s_stride) {
+HWY_INLINE void MatmulTileRegisters(const float* const* a, int depth, const float* bt, int64_t bt_stride,
+                                    FloatVec (&acc)[R][V]) {
   const FloatTag df;
   const size_t lanes = hn::Lanes(df);
-  FloatVec acc[R][V];
   for (int r = 0; r < R; ++r)
     for (int v = 0; v < V; ++v) acc[r][v] = hn::Zero(df);
   for (int t = 0; t < depth; ++t) {
@@ -175,6 +175,15 @@ HWY_INLINE void MatmulTile(const float* const* a, int depth, const float* bt, in
       for (int v = 0; v < V; ++v) acc[r][v] = hn::MulAdd(av, b[v], acc[r][v]);
     }
   }
+}
+
+template <int R, int V>
+HWY_INLINE void MatmulTile(const float* const* a, int depth, const float* bt, int64_t bt_stride, float* s,
+                           int64_t s_stride) {
+  const FloatTag df;
+  const size_t lanes = hn::Lanes(df);
+  FloatVec acc[R][V];
+  MatmulTileRegisters<R, V>(a, depth, bt, bt_stride, acc);
   for (int r = 0; r < R; ++r)
     for (int v = 0; v < V; ++v) hn::Store(acc[r][v], df, s + r * s_stride + v * lanes);
 }
@@ -267,8 +276,6 @@ inline void AccumulatePv(float* const* o_rows, const float* rescale, const float
   }
 }
 
-#undef DASHATTN_BLOCK_CASES
-
 // exp(old − new) of the running maximum; the common cases (unchanged maximum, empty running state) skip the
 // libm call and give the bits std::exp would.
 inline float RescaleFactor(float old_max, float new_max) {
@@ -280,22 +287,16 @@ inline float RescaleFactor(float old_max, float new_max) {
 // One row held in NV registers: one load and one store per vector instead of four passes through memory, and
 // the mask applied by a lane compare instead of scalar fills. Same operations in the same order as the memory
 // form below, so the results are the same bits.
+// The part after scaling: xv holds the scaled (and biased) scores of one row; the probabilities go to x.
 template <int NV>
-HWY_INLINE void SoftmaxRowInRegisters(float* x, const FloatVec vscale, bool biased, float bias, int lim,
-                                      float& row_max, float& row_sum, float& rescale) {
+HWY_INLINE void SoftmaxScaledRow(FloatVec (&xv)[NV], float* x, int lim, float& row_max, float& row_sum,
+                                 float& rescale) {
   const FloatTag df;
   const int lanes = static_cast<int>(hn::Lanes(df));
   const FloatVec neg_inf = hn::Set(df, -std::numeric_limits<float>::infinity());
   const FloatVec vlim = hn::Set(df, static_cast<float>(lim));
   const FloatVec iota = hn::Iota(df, 0.0f);
-  FloatVec xv[NV];
   FloatVec mx = neg_inf;
-  if (biased) {
-    const FloatVec b = hn::Set(df, bias);
-    for (int v = 0; v < NV; ++v) xv[v] = hn::MulAdd(hn::Load(df, x + v * lanes), vscale, b);
-  } else {
-    for (int v = 0; v < NV; ++v) xv[v] = hn::Mul(hn::Load(df, x + v * lanes), vscale);
-  }
   const bool partial = lim < NV * lanes;
   if (partial) {
     for (int v = 0; v < NV; ++v) {
@@ -317,6 +318,21 @@ HWY_INLINE void SoftmaxRowInRegisters(float* x, const FloatVec vscale, bool bias
   rescale = sc;
   row_sum = row_sum * sc + hn::GetLane(hn::SumOfLanes(df, sum));
   row_max = new_max;
+}
+
+template <int NV>
+HWY_INLINE void SoftmaxRowInRegisters(float* x, const FloatVec vscale, bool biased, float bias, int lim,
+                                      float& row_max, float& row_sum, float& rescale) {
+  const FloatTag df;
+  const int lanes = static_cast<int>(hn::Lanes(df));
+  FloatVec xv[NV];
+  if (biased) {
+    const FloatVec b = hn::Set(df, bias);
+    for (int v = 0; v < NV; ++v) xv[v] = hn::MulAdd(hn::Load(df, x + v * lanes), vscale, b);
+  } else {
+    for (int v = 0; v < NV; ++v) xv[v] = hn::Mul(hn::Load(df, x + v * lanes), vscale);
+  }
+  SoftmaxScaledRow<NV>(xv, x, lim, row_max, row_sum, rescale);
 }
 
 inline void SoftmaxStep(float* s, int64_t s_stride, int rows, int cols, float scale, const float* bias,
@@ -381,6 +397,52 @@ inline void SoftmaxStep(float* s, int64_t s_stride, int rows, int cols, float sc
     row_max[r] = new_max;
   }
 }
+
+// Scores of an R-row block against the first V vectors of keys, left in registers and turned into
+// probabilities there: the same MulAdd chains as MatmulTile and the same steps as SoftmaxRowInRegisters, without
+// the round trip of the scores through memory.
+template <int R, int V>
+HWY_INLINE void PrefixScoresTile(const float* const* a, int depth, const float* kt, int64_t kt_stride, int valid,
+                                 float scale, float* row_max, float* row_sum, float* rescale, float* p,
+                                 int64_t p_stride) {
+  const FloatTag df;
+  const FloatVec vscale = hn::Set(df, scale);
+  FloatVec acc[R][V];
+  MatmulTileRegisters<R, V>(a, depth, kt, kt_stride, acc);
+  for (int r = 0; r < R; ++r) {
+    FloatVec xv[V];
+    for (int v = 0; v < V; ++v) xv[v] = hn::Mul(acc[r][v], vscale);
+    SoftmaxScaledRow<V>(xv, p + r * p_stride, valid, row_max[r], row_sum[r], rescale[r]);
+  }
+}
+
+inline void PrefixSoftmax(const float* const* a_rows, int rows, int depth, int valid, const float* kt,
+                          int64_t kt_stride, float scale, float* row_max, float* row_sum, float* rescale, float* p,
+                          int64_t p_stride) {
+  const FloatTag df;
+  const int lanes = static_cast<int>(hn::Lanes(df));
+  // The column count the banded form used (valid rounded up to kFloatPad), so the softmax adds the same vectors.
+  const int cols = static_cast<int>((valid + kFloatPad - 1) / kFloatPad * kFloatPad);
+  const int vb = cols / lanes;
+  for (int r0 = 0; r0 < rows; r0 += kBlockRows) {
+    const int rb = std::min(kBlockRows, rows - r0);
+    float* p_block = p + static_cast<int64_t>(r0) * p_stride;
+    if (vb <= kBlockVecs) {
+#define DASHATTN_PREFIX_CALL(R, V)                                                                           \
+  PrefixScoresTile<R, V>(a_rows + r0, depth, kt, kt_stride, valid, scale, row_max + r0, row_sum + r0,        \
+                         rescale + r0, p_block, p_stride)
+      DASHATTN_BLOCK_CASES(DASHATTN_PREFIX_CALL)
+#undef DASHATTN_PREFIX_CALL
+    } else {
+      // Wider than one register block (long chunks, narrow vectors): the same kernels through memory.
+      const int row_valid[kBlockRows] = {valid, valid, valid, valid};
+      MatmulBt(a_rows + r0, rb, depth, kt, kt_stride, cols, p_block, p_stride);
+      SoftmaxStep(p_block, p_stride, rb, cols, scale, nullptr, row_valid, row_max + r0, row_sum + r0, rescale + r0);
+    }
+  }
+}
+
+#undef DASHATTN_BLOCK_CASES
 
 inline const char* SimdTargetName() { return hwy::TargetName(HWY_TARGET); }
 

@@ -21,6 +21,7 @@ HWY_EXPORT(DotRow);
 HWY_EXPORT(MatmulBt);
 HWY_EXPORT(SoftmaxStep);
 HWY_EXPORT(AccumulatePv);
+HWY_EXPORT(PrefixSoftmax);
 HWY_EXPORT(SimdTargetName);
 
 void load_row(const void* src, DType type, int64_t n, float* dst) {
@@ -50,6 +51,12 @@ void softmax_step(float* s, int64_t s_stride, int rows, int cols, float scale, c
 void accumulate_pv(float* const* o_rows, const float* rescale, const float* const* p_rows, int rows,
                    const float* v, int64_t v_stride, int keys, int width) {
   HWY_DYNAMIC_DISPATCH(AccumulatePv)(o_rows, rescale, p_rows, rows, v, v_stride, keys, width);
+}
+
+void prefix_softmax(const float* const* a_rows, int rows, int depth, int valid, const float* kt, int64_t kt_stride,
+                    float scale, float* row_max, float* row_sum, float* rescale, float* p, int64_t p_stride) {
+  HWY_DYNAMIC_DISPATCH(PrefixSoftmax)(a_rows, rows, depth, valid, kt, kt_stride, scale, row_max, row_sum, rescale, p,
+                                      p_stride);
 }
 
 const char* simd_target_name() { return HWY_DYNAMIC_DISPATCH(SimdTargetName)(); }

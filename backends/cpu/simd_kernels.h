@@ -51,6 +51,12 @@ void softmax_step(float* s, int64_t s_stride, int rows, int cols, float scale, c
 void accumulate_pv(float* const* o_rows, const float* rescale, const float* const* p_rows, int rows,
                    const float* v, int64_t v_stride, int keys, int width);
 
+// Scores and one online-softmax step of rows that see only the first `valid` keys of a chunk (one query's rows
+// on its diagonal chunk): bitwise matmul_bt over pad_floats(valid) columns into p followed by softmax_step with
+// valid[r] = valid and no bias, but each register block's scores become probabilities in registers.
+void prefix_softmax(const float* const* a_rows, int rows, int depth, int valid, const float* kt, int64_t kt_stride,
+                    float scale, float* row_max, float* row_sum, float* rescale, float* p, int64_t p_stride);
+
 // Name of the instruction set the kernels run on ("AVX3", "AVX2", ...).
 const char* simd_target_name();
 

@@ -216,3 +216,50 @@ TEST_CASE("softmax_step: bias, masked columns, running max and sum") {
     }
   });
 }
+
+TEST_CASE("prefix_softmax: bitwise matmul_bt over the padded visible columns, then softmax_step") {
+  for_each_cpu_target([&](int64_t) {
+    const float kScale = 0.088f;
+    for (int chunk_pad : {64, 128}) {
+      for (int depth : {64, 128}) {
+        for (int rows : {1, 4, 6, 8}) {
+          for (int valid : {1, 15, 16, 17, 40, 63, 64, 100}) {
+            if (valid > chunk_pad) continue;
+            const auto q = aligned_copy(random_floats(static_cast<size_t>(rows) * depth, 3 + rows + depth));
+            const auto kt = aligned_copy(random_floats(static_cast<size_t>(depth) * chunk_pad, 7 + depth));
+            std::vector<const float*> a_rows(rows);
+            for (int r = 0; r < rows; ++r) a_rows[r] = q.get() + static_cast<size_t>(r) * depth;
+            // A running state with one fresh row.
+            std::vector<float> max0(rows), sum0(rows);
+            for (int r = 0; r < rows; ++r) {
+              max0[r] = r == 0 ? -std::numeric_limits<float>::infinity() : 0.5f * r;
+              sum0[r] = r == 0 ? 0.0f : 1.0f + r;
+            }
+            const int cols = static_cast<int>(cpu::pad_floats(valid));
+            auto want = hwy::AllocateAligned<float>(static_cast<size_t>(rows) * chunk_pad);
+            auto got = hwy::AllocateAligned<float>(static_cast<size_t>(rows) * chunk_pad);
+            std::vector<float> want_max = max0, want_sum = sum0, want_rescale(rows);
+            const std::vector<int> valid_rows(rows, valid);
+            cpu::matmul_bt(a_rows.data(), rows, depth, kt.get(), chunk_pad, cols, want.get(), chunk_pad);
+            cpu::softmax_step(want.get(), chunk_pad, rows, cols, kScale, nullptr, valid_rows.data(), want_max.data(),
+                              want_sum.data(), want_rescale.data());
+            std::vector<float> got_max = max0, got_sum = sum0, got_rescale(rows);
+            cpu::prefix_softmax(a_rows.data(), rows, depth, valid, kt.get(), chunk_pad, kScale, got_max.data(),
+                                got_sum.data(), got_rescale.data(), got.get(), chunk_pad);
+            INFO("chunk_pad " << chunk_pad << " depth " << depth << " rows " << rows << " valid " << valid);
+            int mismatches = 0;
+            for (int r = 0; r < rows; ++r) {
+              mismatches += float_bits(want_max[r]) == float_bits(got_max[r]) ? 0 : 1;
+              mismatches += float_bits(want_sum[r]) == float_bits(got_sum[r]) ? 0 : 1;
+              mismatches += float_bits(want_rescale[r]) == float_bits(got_rescale[r]) ? 0 : 1;
+              for (int c = 0; c < cols; ++c) {
+                mismatches += float_bits(want[r * chunk_pad + c]) == float_bits(got[r * chunk_pad + c]) ? 0 : 1;
+              }
+            }
+            CHECK(mismatches == 0);
+          }
+        }
+      }
+    }
+  });
+}
