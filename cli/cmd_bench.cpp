@@ -23,8 +23,7 @@ namespace {
 struct BenchOptions {
   CommonOptions common;
   MethodOptions method;
-  int64_t batch = 1, n = 8192, h_q = 16, h_kv = 2, d = 128;
-  std::string dtype = "bf16";
+  ShapeOptions shape{1, 8192, 16, 2, 128, "bf16"};
   std::vector<double> sparsity = {0.75, 0.875, 0.9375};
   int repeats = 5;
   int warmup = 1;
@@ -83,7 +82,7 @@ std::vector<uint32_t> random_mask(const HostProblem& p, int64_t chunk, double s,
 
 int run_bench(const BenchOptions& opt) {
   MethodParams method = opt.method.params();
-  const DType dtype = parse_dtype_or_throw(opt.dtype, "--dtype");
+  const DType dtype = opt.shape.element_type();
   if (opt.repeats < 1) throw InvalidArgument("--repeats", ">= 1", std::to_string(opt.repeats));
   if (opt.warmup < 0) throw InvalidArgument("--warmup", ">= 0", std::to_string(opt.warmup));
   for (double s : opt.sparsity) {
@@ -92,14 +91,10 @@ int run_bench(const BenchOptions& opt) {
   Backend& backend = opt.common.select_backend();
 
   synthetic::Config cfg;
-  cfg.batch = opt.batch;
-  cfg.n = opt.n;
-  cfg.h_q = opt.h_q;
-  cfg.h_kv = opt.h_kv;
-  cfg.d = opt.d;
+  opt.shape.apply(&cfg);
   cfg.chunk = method.chunk_size;
   cfg.seed = opt.seed;
-  cfg.num_needles = static_cast<int>(std::min<int64_t>(4, std::max<int64_t>(0, (opt.n - 32) / method.chunk_size)));
+  cfg.num_needles = static_cast<int>(std::min<int64_t>(4, std::max<int64_t>(0, (opt.shape.n - 32) / method.chunk_size)));
   const HostProblem p = host_problem(generate_synthetic(cfg), dtype);
   const int64_t b = p.batch(), n = p.n_k(), hq = p.h_q(), hkv = p.h_kv(), d = p.d();
   const int64_t chunks = std::max<int64_t>(num_complete_chunks(n, method.chunk_size), 1);
@@ -225,12 +220,7 @@ Command add_bench_command(CLI::App& parent) {
   add_common_options(*app, opt->common);
   add_method_options(*app, opt->method);
   const std::string group = "Problem";
-  app->add_option("--batch", opt->batch, "Sequences")->group(group);
-  app->add_option("--n", opt->n, "Tokens per sequence")->group(group);
-  app->add_option("--hq", opt->h_q, "Query heads")->group(group);
-  app->add_option("--hkv", opt->h_kv, "Key/value heads")->group(group);
-  app->add_option("--d", opt->d, "Head dimension")->group(group);
-  add_dtype_option(*app, opt->dtype, "Element type of q, k, v")->group(group);
+  add_shape_options(*app, opt->shape);
   app->add_option("--sparsity", opt->sparsity, "Chunk sparsities of the Stage-2 random masks")
       ->delimiter(',')
       ->group(group);

@@ -17,8 +17,7 @@ namespace {
 struct DemoOptions {
   CommonOptions common;
   MethodOptions method;
-  int64_t batch = 1, n = 4096, h_q = 8, h_kv = 2, d = 64;
-  std::string dtype = "bf16";
+  ShapeOptions shape;  // n 4096, h_q 8, h_kv 2, d 64, bf16
   uint64_t seed = 0;
   int needles = 4;
   int64_t needle_queries = 32;
@@ -63,15 +62,11 @@ std::vector<NeedleReport> needle_reports(const synthetic::Problem& sp, const Hos
 
 int run_demo(const DemoOptions& opt) {
   const MethodParams method = opt.method.params();
-  const DType dtype = parse_dtype_or_throw(opt.dtype, "--dtype");
+  const DType dtype = opt.shape.element_type();
   Backend& backend = opt.common.select_backend();
 
   synthetic::Config cfg;
-  cfg.batch = opt.batch;
-  cfg.n = opt.n;
-  cfg.h_q = opt.h_q;
-  cfg.h_kv = opt.h_kv;
-  cfg.d = opt.d;
+  opt.shape.apply(&cfg);
   cfg.chunk = method.chunk_size;
   cfg.num_needles = opt.needles;
   cfg.needle_queries = opt.needle_queries;
@@ -187,12 +182,7 @@ Command add_demo_command(CLI::App& parent) {
   add_common_options(*app, opt->common);
   add_method_options(*app, opt->method);
   const std::string group = "Problem";
-  app->add_option("--batch", opt->batch, "Sequences")->group(group);
-  app->add_option("--n", opt->n, "Tokens per sequence")->group(group);
-  app->add_option("--hq", opt->h_q, "Query heads")->group(group);
-  app->add_option("--hkv", opt->h_kv, "Key/value heads")->group(group);
-  app->add_option("--d", opt->d, "Head dimension")->group(group);
-  add_dtype_option(*app, opt->dtype, "Element type of q, k, v")->group(group);
+  add_shape_options(*app, opt->shape);
   app->add_option("--seed", opt->seed, "Seed of the synthetic problem")->group(group);
   app->add_option("--needles", opt->needles, "Planted needle chunks per sequence")->group(group);
   app->add_option("--needle-queries", opt->needle_queries, "Queries that should retrieve each needle")->group(group);

@@ -64,6 +64,26 @@ CLI::Option* add_dtype_option(CLI::App& app, std::string& dtype, const std::stri
   return app.add_option("--dtype", dtype, description)->check(CLI::IsMember({"f32", "f16", "bf16"}));
 }
 
+DType ShapeOptions::element_type() const { return parse_dtype_or_throw(dtype, "--dtype"); }
+
+void ShapeOptions::apply(synthetic::Config* config) const {
+  config->batch = batch;
+  config->n = n;
+  config->h_q = h_q;
+  config->h_kv = h_kv;
+  config->d = d;
+}
+
+void add_shape_options(CLI::App& app, ShapeOptions& shape) {
+  const std::string group = "Problem";
+  app.add_option("--batch", shape.batch, "Sequences")->group(group);
+  app.add_option("--n", shape.n, "Tokens per sequence")->group(group);
+  app.add_option("--hq", shape.h_q, "Query heads")->group(group);
+  app.add_option("--hkv", shape.h_kv, "Key/value heads")->group(group);
+  app.add_option("--d", shape.d, "Head dimension")->group(group);
+  add_dtype_option(app, shape.dtype, "Element type of q, k, v")->group(group);
+}
+
 DType parse_dtype_or_throw(const std::string& name, const char* argument) {
   DType t;
   if (!parse_dtype(name, &t) || !is_attention_dtype(t)) throw InvalidArgument(argument, "f32, f16 or bf16", name);

@@ -7,6 +7,7 @@
 
 #include "dashattn/backend.h"
 #include "dashattn/params.h"
+#include "dashattn/synthetic.h"
 
 namespace dashattn::cli {
 
@@ -34,6 +35,16 @@ struct MethodOptions {
 
 void add_common_options(CLI::App& app, CommonOptions& options);
 void add_method_options(CLI::App& app, MethodOptions& options);
+
+// The size of a generated problem (demo, bench): --batch --n --hq --hkv --d --dtype, in the "Problem" group.
+struct ShapeOptions {
+  int64_t batch = 1, n = 4096, h_q = 8, h_kv = 2, d = 64;
+  std::string dtype = "bf16";
+
+  DType element_type() const;                  // parsed --dtype
+  void apply(synthetic::Config* config) const;  // batch, n, heads, head dim
+};
+void add_shape_options(CLI::App& app, ShapeOptions& shape);
 
 // --dtype for generated problems: f32, f16 or bf16.
 CLI::Option* add_dtype_option(CLI::App& app, std::string& dtype, const std::string& description);
