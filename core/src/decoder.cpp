@@ -37,7 +37,8 @@ Decoder::Decoder(Backend& backend, const DecoderConfig& config, const TensorView
   }
   if (config.d < 1) throw InvalidArgument("d", ">= 1", str(config.d));
   if (!is_attention_dtype(config.dtype)) throw InvalidArgument("dtype", "f32, f16 or bf16", dtype_name(config.dtype));
-  if (!backend.probe().available) throw BackendUnavailable(backend.name(), backend.probe().reason);
+  const Probe probe = Registry::instance().probe(backend);
+  if (!probe.available) throw BackendUnavailable(backend.name(), probe.reason);
   reserve(std::max<int64_t>(config.initial_capacity, config.method.chunk_size));
 }
 

@@ -17,33 +17,46 @@ Registry& Registry::instance() {
 }
 
 void Registry::add(std::unique_ptr<Backend> backend) {
-  for (auto& b : backends_) {
-    if (std::string(b->name()) == backend->name()) {
-      b = std::move(backend);
+  std::lock_guard<std::mutex> lock(probe_mutex_);
+  for (auto& e : backends_) {
+    if (std::string(e.backend->name()) == backend->name()) {
+      e.backend = std::move(backend);
+      e.probe.reset();
       return;
     }
   }
-  backends_.push_back(std::move(backend));
+  backends_.push_back(Entry{std::move(backend), nullptr});
 }
 
 Backend* Registry::find(const std::string& name) const {
-  for (const auto& b : backends_) {
-    if (name == b->name()) return b.get();
+  for (const auto& e : backends_) {
+    if (name == e.backend->name()) return e.backend.get();
   }
   return nullptr;
 }
 
 std::vector<Backend*> Registry::all() const {
   std::vector<Backend*> out;
-  for (const auto& b : backends_) out.push_back(b.get());
+  for (const auto& e : backends_) out.push_back(e.backend.get());
   return out;
+}
+
+Probe Registry::probe(const Backend& backend) const {
+  std::lock_guard<std::mutex> lock(probe_mutex_);
+  for (const auto& e : backends_) {
+    if (e.backend.get() != &backend) continue;
+    if (!e.probe) e.probe = std::make_shared<const Probe>(backend.probe());
+    return *e.probe;
+  }
+  return backend.probe();  // not registered here: nothing to cache
 }
 
 Backend* Registry::best_for(DeviceType device) const {
   Backend* best = nullptr;
-  for (const auto& b : backends_) {
-    if (b->device_type() != device || !b->probe().available) continue;
-    if (!best || b->priority() > best->priority()) best = b.get();
+  for (const auto& e : backends_) {
+    Backend* b = e.backend.get();
+    if (b->device_type() != device || !probe(*b).available) continue;
+    if (!best || b->priority() > best->priority()) best = b;
   }
   return best;
 }
@@ -56,8 +69,9 @@ Backend& Registry::select(const std::string& requested) const {
   }
   if (name == "auto") {
     Backend* best = nullptr;
-    for (const auto& b : backends_) {
-      if (b->probe().available && (!best || b->priority() > best->priority())) best = b.get();
+    for (const auto& e : backends_) {
+      Backend* b = e.backend.get();
+      if (probe(*b).available && (!best || b->priority() > best->priority())) best = b;
     }
     if (!best) throw BackendUnavailable("auto", "no backend is available in this build");
     return *best;
@@ -67,7 +81,7 @@ Backend& Registry::select(const std::string& requested) const {
     throw BackendUnavailable(name, std::string("not compiled into this build (compiled: ") +
                                        DASHATTN_COMPILED_BACKENDS + "; names: cpu, cuda, hip, auto)");
   }
-  const Probe pr = b->probe();
+  const Probe pr = probe(*b);
   if (!pr.available) throw BackendUnavailable(name, pr.reason);
   return *b;
 }

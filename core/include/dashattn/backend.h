@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -74,8 +75,17 @@ class Registry {
   // The available backend of highest priority whose device matches, or nullptr.
   Backend* best_for(DeviceType device) const;
 
+  // The backend's probe, taken once per process and cached: device availability does not change while a program
+  // runs, and a GPU probe (device properties) costs more than a decode step, which selects a backend per call.
+  Probe probe(const Backend& backend) const;
+
  private:
-  std::vector<std::unique_ptr<Backend>> backends_;
+  struct Entry {
+    std::unique_ptr<Backend> backend;
+    mutable std::shared_ptr<const Probe> probe;  // filled on first use
+  };
+  std::vector<Entry> backends_;
+  mutable std::mutex probe_mutex_;
 };
 
 // Registers the backends compiled into this build (called once by Registry::instance()).
