@@ -19,10 +19,22 @@ struct AttendConfig {
   // Compiled for a target without wgmma, the same configuration runs the per-warp mma.sync path.
   static constexpr bool kWgmma = kWgmma_ && wgmma::kAvailable;
   static_assert(!kWgmma_ || (kWarps_ % 4 == 0 && kHeadDim_ == 128), "wgmma tiling: warpgroups of 64 rows, d = 128");
-  static constexpr int kThreads = (kWarps + 1) * 32;  // + the producer warp
+  // The producer: one warp, or with wgmma a whole warpgroup (one working warp) so that setmaxnreg can move
+  // registers from it to the consumers. 12 warps cap every thread at 168 registers at launch (3 warps per SM
+  // sub-partition); then the producer warpgroup drops to kProducerRegs and the consumers rise to kConsumerRegs
+  // (4 x P + 8 x C = 12 x 168). The split is per instance: the bias instance's consumers spill between their
+  // wgmma instructions below 224, the plain instance's producer spills in its copy loop below ~100. Counted from
+  // the template flag, not kWgmma, so that the host and every device pass agree on the block size (an sm_80
+  // pass idles 3 warps).
+  static constexpr int kProducerWarps = kWgmma_ ? 4 : 1;
+  static constexpr int kProducerRegs = kConsumerBias_ ? 56 : 104;
+  static constexpr int kConsumerRegs = kConsumerBias_ ? 224 : 200;
+  static_assert(4 * kProducerRegs + 8 * kConsumerRegs == 12 * 168, "the split must use the launch's registers");
+  static_assert(!kWgmma_ || kWarps_ == 8, "the register split is sized for two consumer warpgroups");
+  static constexpr int kThreads = (kWarps + kProducerWarps) * 32;
   static constexpr int kStages = kStages_;
   // Prior bias computed by the consumer warps (launched only when 16 % g == 0 and a prior is on). A separate
-  // instance, so that the kernels without the bias keep their registers (the 9-warp tiling runs at its cap).
+  // instance, so that the kernels without the bias keep their registers.
   static constexpr bool kConsumerBias = kConsumerBias_;
   using WithConsumerBias = AttendConfig<kHeadDim_, Element_, kWarps_, kStages_, kWgmma_, true>;
   static constexpr int kRows = 16 * kWarps;

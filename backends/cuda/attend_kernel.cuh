@@ -16,7 +16,7 @@
 // Prior bias. With g dividing 16 (a warp's rows are whole tokens) the producer also copies the summaries k̄ of
 // the tile's chunks (at most 4) into the stage, and each consumer warp computes x = Q k̄^T for its rows as one
 // extra m16n8k16 n-tile (on the wgmma path while the warpgroup's S = Q K^T is in flight), the heads' entmax
-// weights from Stage 1's tau, their sum over the token's rows in head order by shuffles (group_weight's order),
+// weights from Stage 1's tau, their sum over the token's rows by a shuffle butterfly,
 // then the bias. Other groups span warps: the producer warp fills a per-stage table instead (fill_stage_bias),
 // about 8 us per tile on an H200, which is why it is only the fallback.
 //
@@ -181,17 +181,23 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const int n_iter = int(tile_count);
 
   // Consumer-computed bias: the per-CTA table (entry [pair p = rank in the union * per_tile + chunk of the
-  // tile][token slot]) when it fits, else per tile from the stage's k̄ buffer on the mma.sync tilings; the
-  // warpgroup tiling, at its register cap with the per-tile code, falls back to the producer's tables instead.
+  // tile][token slot]) when it fits, else per tile from the stage's k̄ buffer (the warpgroup tiling too, now
+  // that its consumers run at kConsumerRegs); the producer's tables only for groups that span warps.
   const int per_tile = a.chunk >= kTileKeys ? 1 : (kTileKeys >> a.log2_chunk);
   const int n_tokens_cta = any_rows ? int(last_token - first_token + 1) : 0;
   const int n_pairs = n_iter * per_tile;
   const bool use_table = bias_in_consumers && int64_t(n_pairs) * n_tokens_cta <= int64_t(a.bias_table_floats);
-  const bool kbar_per_tile = !Cfg::kWgmma && bias_in_consumers && !use_table;
+  const bool kbar_per_tile = bias_in_consumers && !use_table;
   const bool producer_table = bias_on && !use_table && !kbar_per_tile;
   float* sTable = reinterpret_cast<float*>(smem_raw + a.bias_table_offset);
 
-  if (warp == Cfg::kWarps) {
+  // Each role sets its register budget inside its own branch: code reachable from both would have to fit the
+  // smaller one, and ptxas then ignores the split.
+  if (warp >= Cfg::kWarps) {
+    if constexpr (Cfg::kProducerWarps > 1) {
+      wgmma::setmaxnreg_dec<Cfg::kProducerRegs>();
+      if (warp > Cfg::kWarps) return;  // the producer warpgroup's idle warps
+    }
     // Producer: stream the K/V tiles into the ring, then the stage's bias table. Each of the 32 lanes arrives on
     // the stage's full barrier once its part is written; the copies hold the phase open until they land (as
     // transactions of the tensor copies, or through cp.async's deferred arrival).
@@ -285,6 +291,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   }
 
   // ---- Consumer warps ----
+  if constexpr (Cfg::kProducerWarps > 1) wgmma::setmaxnreg_inc<Cfg::kConsumerRegs>();
   auto make_row = [&](int r) {
     RowInfo ri;
     const int64_t R = row0 + r;
@@ -333,34 +340,35 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   // Bias (log2 units) of the tile's chunks qd = 0..3 for this thread's two rows, from x = the warp's 16 Q rows
   // times the stage's k̄ rows (one m16n8k16 n-tile; columns 4..7 repeat rows 0..3 of the buffer). Each head's
-  // entmax weight is then summed over its token's rows in head order, as dashattn::group_weight does.
+  // entmax weight is then summed over its token's rows (see the butterfly below).
   auto group_bias = [&](const float (&x)[4], float& ba0, float& ba1, float& bb0, float& bb1) {
     const float x_scale = (a.alpha - 1.0f) * a.gamma * rsqrtf(float(D));
     const float2 tm_a = row_tau_mu[lane / 4], tm_b = row_tau_mu[lane / 4 + 8];
     const float tau_a = tm_a.x, mu_a = tm_a.y, tau_b = tm_b.x, mu_b = tm_b.y;
     const float wa0 = entmax_weight(x_scale * x[0], tau_a, a.alpha), wa1 = entmax_weight(x_scale * x[1], tau_a, a.alpha);
     const float wb0 = entmax_weight(x_scale * x[2], tau_b, a.alpha), wb1 = entmax_weight(x_scale * x[3], tau_b, a.alpha);
-    const int t4q = lane % 4;
-    float sa0 = 0.0f, sa1 = 0.0f, sb0 = 0.0f, sb1 = 0.0f;
+    // The group sum: a token's g rows are g consecutive fragment rows (lane groups lane / 4, and for g = 16 both
+    // halves), so a butterfly over those lanes adds them in a fixed order that every Stage-2 path shares (a
+    // decode step and its prefill row rebuild bitwise-equal biases). It is not group_weight's head order, which
+    // changes the bias by a rounding at most; the mask bit, not the weight, decides what is routed.
+    float sa0 = wa0, sa1 = wa1, sb0 = wb0, sb1 = wb1;
     if (g == 16) {
-      // Head h is row h of the warp: rows 0..7 are the fragments' first rows, 8..15 the second.
+      sa0 += wb0;
+      sa1 += wb1;
 #pragma unroll
-      for (int h = 0; h < 16; ++h) {
-        const int src = (h & 7) * 4 + t4q;
-        sa0 += __shfl_sync(0xffffffffu, h < 8 ? wa0 : wb0, src);
-        sa1 += __shfl_sync(0xffffffffu, h < 8 ? wa1 : wb1, src);
+      for (int off = 4; off < 32; off <<= 1) {
+        sa0 += __shfl_xor_sync(0xffffffffu, sa0, off);
+        sa1 += __shfl_xor_sync(0xffffffffu, sa1, off);
       }
       sb0 = sa0;
       sb1 = sa1;
     } else {
-      // g divides 8: a token's rows lie within one half, starting at a multiple of g.
-      const int base = lane / 4 - (lane / 4) % g;
-      for (int h = 0; h < g; ++h) {
-        const int src = (base + h) * 4 + t4q;
-        sa0 += __shfl_sync(0xffffffffu, wa0, src);
-        sa1 += __shfl_sync(0xffffffffu, wa1, src);
-        sb0 += __shfl_sync(0xffffffffu, wb0, src);
-        sb1 += __shfl_sync(0xffffffffu, wb1, src);
+      // g divides 8: a token's rows lie within one half, at lane groups that differ in the low log2(g) bits.
+      for (int off = 4; off < 4 * g; off <<= 1) {
+        sa0 += __shfl_xor_sync(0xffffffffu, sa0, off);
+        sa1 += __shfl_xor_sync(0xffffffffu, sa1, off);
+        sb0 += __shfl_xor_sync(0xffffffffu, sb0, off);
+        sb1 += __shfl_xor_sync(0xffffffffu, sb1, off);
       }
     }
     auto bias_of = [&](float sum, float mu) {
@@ -428,22 +436,31 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     const bool writer = (lane / 4) % g == 0;  // the first row of its token (g divides 8, or row 0 with g = 16)
     TileCursor pc = cursor;
     int64_t tile = 0;
-    for (int p0 = 0; p0 < n_pairs; p0 += 8) {
+    // Chunk of this lane's column (pair p0 + lane / 4) of the n-tile starting at pair p0; pairs come in order.
+    auto column_chunk = [&](int p0) {
       int64_t my_c = -1;
       for (int j = 0; j < 8 && p0 + j < n_pairs; ++j) {
         const int qd = (p0 + j) % per_tile;
         if (qd == 0) tile = pc.next(sUnion);
         if (j == lane / 4) my_c = ((tile * kTileKeys) >> a.log2_chunk) + qd;
       }
+      return my_c;
+    };
+    auto load_column = [&](int64_t my_c, uint32_t (&kbf)[Cfg::kKSteps][2]) {
       const bool ok = my_c >= 0 && my_c < n_complete;
       const uint32_t* kp =
           reinterpret_cast<const uint32_t*>(summ + (ok ? a.summaries.offset(seq, my_c, kv_head) : 0)) + t4;
-      uint32_t kbf[Cfg::kKSteps][2];
 #pragma unroll
       for (int kk = 0; kk < Cfg::kKSteps; ++kk) {
         kbf[kk][0] = ok ? __ldg(kp + kk * 8) : 0u;
         kbf[kk][1] = ok ? __ldg(kp + kk * 8 + 4) : 0u;
       }
+    };
+    // The next n-tile's k̄ loads are issued before this one's MMAs and group sums, so their L2 latency overlaps.
+    uint32_t kbf[Cfg::kKSteps][2], kbf_next[Cfg::kKSteps][2] = {};
+    if (n_pairs > 0) load_column(column_chunk(0), kbf);
+    for (int p0 = 0; p0 < n_pairs; p0 += 8) {
+      if (p0 + 8 < n_pairs) load_column(column_chunk(p0 + 8), kbf_next);
       float x[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
       for (int kk = 0; kk < Cfg::kKSteps; ++kk) {
@@ -465,202 +482,299 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           if (g < 16 && row_b.valid) sTable[p * n_tokens_cta + row_b.token_slot] = e ? bb1 : bb0;
         }
       }
+#pragma unroll
+      for (int kk = 0; kk < Cfg::kKSteps; ++kk) {
+        kbf[kk][0] = kbf_next[kk][0];
+        kbf[kk][1] = kbf_next[kk][1];
+      }
     }
     __syncwarp();
   }
 
-  for (int it = 0; it < n_iter; ++it) {
-    const int stage = it % kStages;
-    const uint32_t parity = uint32_t((it / kStages) & 1);
-    const int64_t tile = cursor.next(sUnion);
+  // One k-step of x += Q k̄^T for the per-tile bias; an ldmatrix of the stage's k̄ buffer covers two k-steps.
+  auto bias_x = [&](int stage, float (&xb)[4], bool q_from_smem) {
+    const uint32_t kbar_addr = sKbar_addr + uint32_t(stage) * Cfg::kKbarStageBytes;
+    uint32_t kb[4];
+#pragma unroll
+    for (int kk = 0; kk < Cfg::kKSteps; ++kk) {
+      uint32_t qa[4];
+      if (Cfg::kQInRegisters && !q_from_smem) {
+        qa[0] = q_frag[kk][0]; qa[1] = q_frag[kk][1]; qa[2] = q_frag[kk][2]; qa[3] = q_frag[kk][3];
+      } else {
+        mma::ldmatrix_x4(qa, sQ_addr + q_off[kk % 4] + kQBlockBytes * (kk / 4));
+      }
+      if (kk % 2 == 0) mma::ldmatrix_x4(kb, kbar_addr + uint32_t(kk) * 32u);
+      mma::mma_16816<Element>(xb, qa, kb[2 * (kk % 2)], kb[2 * (kk % 2) + 1]);
+    }
+  };
+
+  // Logits of one tile (S in log2 units, bias and mask applied) and the online softmax update of m and l; S is
+  // left holding P. Returns the factors the O accumulator must be rescaled by, which the caller applies once no
+  // P V that writes O is in flight.
+  auto online_softmax = [&](float (&s)[8][4], int it, int stage, int64_t tile, uint64_t keys_a, uint64_t keys_b,
+                            float& corr_a, float& corr_b) {
     const int64_t k0 = tile * kTileKeys;
-    // Mask reads first: their latency overlaps the wait for the tile.
-    const uint64_t keys_a = row_tile_keys(row_a.route, tile, a.chunk, a.log2_chunk, a.dense);
-    const uint64_t keys_b = row_tile_keys(row_b.route, tile, a.chunk, a.log2_chunk, a.dense);
-    // The unit that computes or skips a tile: the warp, or with wgmma its warpgroup (named barrier 1 + group).
-    bool need;
-    if (use_warpgroups) need = wgmma::warpgroup_any((keys_a | keys_b) != 0ull, 1 + warp / 4);
-    else need = __any_sync(0xffffffffu, (keys_a | keys_b) != 0ull);
-
-    // Every warp waits for the tile, computing or not: a warp may release a stage only after the round it
-    // releases was filled, which keeps exactly one arrival per warp in each phase of the empty barrier.
-    mma::mbar_wait(full_bar + 8u * stage, parity);
-    if (need) {
-      const float* stage_bias = sBias + size_t(stage) * Cfg::kRows * 4;  // filled by the producer with the tile
-      const uint32_t sK_addr = sRing_addr + uint32_t(stage) * 2u * kTileBytes;
-      const uint32_t sV_addr = sK_addr + kTileBytes;
-      const uint32_t kbar_addr = sKbar_addr + uint32_t(stage) * Cfg::kKbarStageBytes;
-      float xb[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // x of the bias (fragment C layout)
-      // One k-step of x += Q k̄^T; an ldmatrix of the k̄ buffer covers two k-steps.
-      uint32_t kb[4];
-      auto bias_kstep = [&](int kk, const uint32_t (&qa)[4]) {
-        if (kk % 2 == 0) mma::ldmatrix_x4(kb, kbar_addr + uint32_t(kk) * 32u);
-        mma::mma_16816<Element>(xb, qa, kb[2 * (kk % 2)], kb[2 * (kk % 2) + 1]);
-      };
-
-      // S = Q K^T for this warp's 16 rows and the tile's 64 keys.
-      float s[8][4];
-#pragma unroll
-      for (int i = 0; i < 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
-      if (use_warpgroups) {
-        // The warpgroup's 64 rows at once; K-major operands, a k-step of 16 columns is 32 bytes into the block.
-        const uint32_t q_group = sQ_addr + uint32_t(warp / 4) * 64u * 128u;
-        wgmma::fence();
-#pragma unroll
-        for (int kk = 0; kk < Cfg::kKSteps; ++kk) {
-          const uint32_t col = uint32_t(kk % 4) * 32u;
-          const uint64_t da = wgmma::desc_sw128(q_group + kQBlockBytes * (kk / 4) + col, 16u, 1024u);
-          const uint64_t db = wgmma::desc_sw128(sK_addr + Cfg::kBlockBytes * (kk / 4) + col, 16u, 1024u);
-          wgmma::mma_64x64x16_ss<Element>(s, da, db, kk > 0 ? 1 : 0);
-        }
-        wgmma::commit();
-        if (kbar_per_tile) {  // overlaps the asynchronous S = Q K^T
-#pragma unroll
-          for (int kk = 0; kk < Cfg::kKSteps; ++kk) {
-            uint32_t qa[4];
-            mma::ldmatrix_x4(qa, sQ_addr + q_off[kk % 4] + kQBlockBytes * (kk / 4));
-            bias_kstep(kk, qa);
-          }
-          consumer_bias(xb);
-        }
-        wgmma::wait_all();
+    const float* stage_bias = sBias + size_t(stage) * Cfg::kRows * 4;  // filled by the producer with the tile
+    // The bias of chunk qd of the tile for this thread's two rows (routed chunks c < c_i carry one; the diagonal
+    // and masked ones 0).
+    auto tile_bias = [&](int qd, float& ba, float& bb) {
+      const int64_t c = (k0 >> a.log2_chunk) + qd;
+      ba = 0.0f;
+      bb = 0.0f;
+      if (use_table) {
+        const float* tp = sTable + (it * per_tile + qd) * n_tokens_cta;
+        if (row_a.valid && c < row_a.route.diag) ba = tp[row_a.token_slot];
+        if (row_b.valid && c < row_b.route.diag) bb = tp[row_b.token_slot];
+      } else {
+        const float* ta = kbar_per_tile ? row_bias + (lane / 4) * 4 : stage_bias + row_a.token_slot * 4;
+        const float* tb = kbar_per_tile ? row_bias + (lane / 4 + 8) * 4 : stage_bias + row_b.token_slot * 4;
+        if (row_a.valid && c < row_a.route.diag) ba = ta[qd];
+        if (row_b.valid && c < row_b.route.diag) bb = tb[qd];
       }
-      else {
+    };
+    if (bias_on && per_tile == 1) {
+      // C >= 64: one chunk per tile, one bias per row (the common case: two loads per tile).
+      float ba, bb;
+      tile_bias(0, ba, bb);
 #pragma unroll
-      for (int kk = 0; kk < Cfg::kKSteps; ++kk) {
-        uint32_t qa[4];
-        if constexpr (Cfg::kQInRegisters) {
-          qa[0] = q_frag[kk][0]; qa[1] = q_frag[kk][1]; qa[2] = q_frag[kk][2]; qa[3] = q_frag[kk][3];
-        } else {
-          mma::ldmatrix_x4(qa, sQ_addr + q_off[kk % 4] + kQBlockBytes * (kk / 4));
-        }
-        if (kbar_per_tile) bias_kstep(kk, qa);
-#pragma unroll
-        for (int np = 0; np < 4; ++np) {
-          uint32_t b[4];
-          // Key rows 16np + (lane % 8) + 8 * (lane / 16), head-dim columns 16kk + 8 * ((lane / 8) % 2).
-          mma::ldmatrix_x4(b, sK_addr + k_off[kk % 4] + Cfg::kBlockBytes * (kk / 4) + uint32_t(np) * 16u * kKVRowBytes);
-          mma::mma_16816<Element>(s[2 * np], qa, b[0], b[1]);
-          mma::mma_16816<Element>(s[2 * np + 1], qa, b[2], b[3]);
-        }
+      for (int nt = 0; nt < 8; ++nt) {
+        s[nt][0] = fmaf(s[nt][0], a.scale_log2, ba);
+        s[nt][1] = fmaf(s[nt][1], a.scale_log2, ba);
+        s[nt][2] = fmaf(s[nt][2], a.scale_log2, bb);
+        s[nt][3] = fmaf(s[nt][3], a.scale_log2, bb);
       }
-      if (kbar_per_tile) consumer_bias(xb);
-      }
-
-      // Logits in log2 units with bias and mask; online softmax per row.
+    } else {
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt) {
         float ba = 0.0f, bb = 0.0f;
-        if (bias_on) {
-          // An 8-key n-tile lies inside one chunk (C >= 16); routed chunks (c < c_i) carry the bias.
-          const int64_t c = (k0 + nt * 8) >> a.log2_chunk;
-          const int qd = int(c - (k0 >> a.log2_chunk));
-          if (use_table) {
-            const float* tp = sTable + (it * per_tile + qd) * n_tokens_cta;
-            if (row_a.valid && c < row_a.route.diag) ba = tp[row_a.token_slot];
-            if (row_b.valid && c < row_b.route.diag) bb = tp[row_b.token_slot];
-          } else {
-            const float* ta = kbar_per_tile ? row_bias + (lane / 4) * 4 : stage_bias + row_a.token_slot * 4;
-            const float* tb = kbar_per_tile ? row_bias + (lane / 4 + 8) * 4 : stage_bias + row_b.token_slot * 4;
-            if (row_a.valid && c < row_a.route.diag) ba = ta[qd];
-            if (row_b.valid && c < row_b.route.diag) bb = tb[qd];
-          }
-        }
+        // An 8-key n-tile lies inside one chunk (C >= 16).
+        if (bias_on) tile_bias((nt * 8) >> a.log2_chunk, ba, bb);
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           s[nt][e] = fmaf(s[nt][e], a.scale_log2, ba);
           s[nt][2 + e] = fmaf(s[nt][2 + e], a.scale_log2, bb);
         }
       }
-      if ((keys_a & keys_b) != ~0ull) {  // most tiles are attended whole by both rows
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt) {
-          const uint32_t wa = uint32_t(keys_a >> (nt * 8 + 2 * t4)), wb = uint32_t(keys_b >> (nt * 8 + 2 * t4));
-          if (!(wa & 1u)) s[nt][0] = -INFINITY;
-          if (!(wa & 2u)) s[nt][1] = -INFINITY;
-          if (!(wb & 1u)) s[nt][2] = -INFINITY;
-          if (!(wb & 2u)) s[nt][3] = -INFINITY;
-        }
-      }
-      float mx_a = -INFINITY, mx_b = -INFINITY;
+    }
+    if ((keys_a & keys_b) != ~0ull) {  // most tiles are attended whole by both rows
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt) {
-        mx_a = fmaxf(mx_a, fmaxf(s[nt][0], s[nt][1]));
-        mx_b = fmaxf(mx_b, fmaxf(s[nt][2], s[nt][3]));
-      }
-      mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
-      mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
-      mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
-      mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
-      const float new_a = fmaxf(m_a, mx_a), new_b = fmaxf(m_b, mx_b);
-      // A row that has seen no key yet keeps m = -inf; subtracting 0 then keeps exp2 at 0 instead of NaN.
-      const float use_a = new_a == -INFINITY ? 0.0f : new_a;
-      const float use_b = new_b == -INFINITY ? 0.0f : new_b;
-      const float corr_a = mma::exp2_approx(m_a - use_a), corr_b = mma::exp2_approx(m_b - use_b);
-      m_a = new_a;
-      m_b = new_b;
-      float sum_a = 0.0f, sum_b = 0.0f;
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
-        s[nt][0] = mma::exp2_approx(s[nt][0] - use_a);
-        s[nt][1] = mma::exp2_approx(s[nt][1] - use_a);
-        s[nt][2] = mma::exp2_approx(s[nt][2] - use_b);
-        s[nt][3] = mma::exp2_approx(s[nt][3] - use_b);
-        sum_a += s[nt][0] + s[nt][1];
-        sum_b += s[nt][2] + s[nt][3];
-      }
-      l_a = l_a * corr_a + sum_a;
-      l_b = l_b * corr_b + sum_b;
-#pragma unroll
-      for (int i = 0; i < Cfg::kONTiles; ++i) {
-        acc_o[i][0] *= corr_a;
-        acc_o[i][1] *= corr_a;
-        acc_o[i][2] *= corr_b;
-        acc_o[i][3] *= corr_b;
-      }
-
-      // O += P V, P taken straight from the S registers (C layout of n-tiles 2j, 2j+1 = A layout of k-step j).
-      if (use_warpgroups) {
-        // V is MN-major: 64-column blocks kBlockBytes apart, 8-key groups 1024 bytes apart; k-step j = 16 keys.
-        uint32_t pa[4][4];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          pa[j][0] = mma::pack2<Element>(s[2 * j][0], s[2 * j][1]);
-          pa[j][1] = mma::pack2<Element>(s[2 * j][2], s[2 * j][3]);
-          pa[j][2] = mma::pack2<Element>(s[2 * j + 1][0], s[2 * j + 1][1]);
-          pa[j][3] = mma::pack2<Element>(s[2 * j + 1][2], s[2 * j + 1][3]);
-        }
-        wgmma::fence();
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-          wgmma::mma_64x128x16_rs<Element>(
-              reinterpret_cast<float(&)[16][4]>(acc_o), pa[j],
-              wgmma::desc_sw128(sV_addr + uint32_t(j) * 16u * kKVRowBytes, Cfg::kBlockBytes, 1024u));
-        wgmma::commit();
-        wgmma::wait_all();
-      }
-      else {
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        uint32_t pa[4];
-        pa[0] = mma::pack2<Element>(s[2 * j][0], s[2 * j][1]);
-        pa[1] = mma::pack2<Element>(s[2 * j][2], s[2 * j][3]);
-        pa[2] = mma::pack2<Element>(s[2 * j + 1][0], s[2 * j + 1][1]);
-        pa[3] = mma::pack2<Element>(s[2 * j + 1][2], s[2 * j + 1][3]);
-#pragma unroll
-        for (int dp = 0; dp < D / 16; ++dp) {
-          uint32_t b[4];
-          // Key rows 16j + (lane % 8) + 8 * ((lane / 8) % 2), head-dim columns 16dp + 8 * (lane / 16).
-          mma::ldmatrix_x4_trans(b, sV_addr + v_off[dp % 4] + Cfg::kBlockBytes * (dp / 4) +
-                                        uint32_t(j) * 16u * kKVRowBytes);
-          mma::mma_16816<Element>(acc_o[2 * dp], pa, b[0], b[1]);
-          mma::mma_16816<Element>(acc_o[2 * dp + 1], pa, b[2], b[3]);
-        }
-      }
+        const uint32_t wa = uint32_t(keys_a >> (nt * 8 + 2 * t4)), wb = uint32_t(keys_b >> (nt * 8 + 2 * t4));
+        if (!(wa & 1u)) s[nt][0] = -INFINITY;
+        if (!(wa & 2u)) s[nt][1] = -INFINITY;
+        if (!(wb & 1u)) s[nt][2] = -INFINITY;
+        if (!(wb & 2u)) s[nt][3] = -INFINITY;
       }
     }
+    float mx_a = -INFINITY, mx_b = -INFINITY;
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+      mx_a = fmaxf(mx_a, fmaxf(s[nt][0], s[nt][1]));
+      mx_b = fmaxf(mx_b, fmaxf(s[nt][2], s[nt][3]));
+    }
+    mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
+    mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
+    mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
+    mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
+    const float new_a = fmaxf(m_a, mx_a), new_b = fmaxf(m_b, mx_b);
+    // A row that has seen no key yet keeps m = -inf; subtracting 0 then keeps exp2 at 0 instead of NaN.
+    const float use_a = new_a == -INFINITY ? 0.0f : new_a;
+    const float use_b = new_b == -INFINITY ? 0.0f : new_b;
+    corr_a = mma::exp2_approx(m_a - use_a);
+    corr_b = mma::exp2_approx(m_b - use_b);
+    m_a = new_a;
+    m_b = new_b;
+    float sum_a = 0.0f, sum_b = 0.0f;
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+      s[nt][0] = mma::exp2_approx(s[nt][0] - use_a);
+      s[nt][1] = mma::exp2_approx(s[nt][1] - use_a);
+      s[nt][2] = mma::exp2_approx(s[nt][2] - use_b);
+      s[nt][3] = mma::exp2_approx(s[nt][3] - use_b);
+      sum_a += s[nt][0] + s[nt][1];
+      sum_b += s[nt][2] + s[nt][3];
+    }
+    l_a = l_a * corr_a + sum_a;
+    l_b = l_b * corr_b + sum_b;
+  };
+  auto rescale_o = [&](float corr_a, float corr_b) {
+#pragma unroll
+    for (int i = 0; i < Cfg::kONTiles; ++i) {
+      acc_o[i][0] *= corr_a;
+      acc_o[i][1] *= corr_a;
+      acc_o[i][2] *= corr_b;
+      acc_o[i][3] *= corr_b;
+    }
+  };
+  // P from the S registers (C layout of n-tiles 2j, 2j+1 = A layout of k-step j).
+  auto pack_p = [&](const float (&s)[8][4], uint32_t (&pa)[4][4]) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      pa[j][0] = mma::pack2<Element>(s[2 * j][0], s[2 * j][1]);
+      pa[j][1] = mma::pack2<Element>(s[2 * j][2], s[2 * j][3]);
+      pa[j][2] = mma::pack2<Element>(s[2 * j + 1][0], s[2 * j + 1][1]);
+      pa[j][3] = mma::pack2<Element>(s[2 * j + 1][2], s[2 * j + 1][3]);
+    }
+  };
+  auto release_stage = [&](int stage) {
     __syncwarp();
     if (lane == 0) mma::mbar_arrive(empty_bar + 8u * stage);
+  };
+
+  if (use_warpgroups) {
+    // Warpgroup path, software-pipelined over the tiles the warpgroup attends: S = Q K^T of the next tile is
+    // issued before P V of the current one, so the tensor cores work on both while the warps run the next
+    // tile's softmax; O is rescaled only once that P V has completed. A stage is released after its P V.
+    // Tiles none of the warpgroup's rows attend are waited for and released at once (one arrival per warp and
+    // phase, as the producer expects).
+    const uint32_t q_group = sQ_addr + uint32_t(warp / 4) * 64u * 128u;
+    struct Tile {
+      int it, stage;
+      int64_t tile;
+      uint64_t keys_a, keys_b;
+    };
+    int next_it = 0;
+    auto acquire = [&](Tile& t) {
+      while (next_it < n_iter) {
+        t.it = next_it++;
+        t.stage = t.it % kStages;
+        t.tile = cursor.next(sUnion);
+        // Mask reads first: their latency overlaps the wait for the tile.
+        t.keys_a = row_tile_keys(row_a.route, t.tile, a.chunk, a.log2_chunk, a.dense);
+        t.keys_b = row_tile_keys(row_b.route, t.tile, a.chunk, a.log2_chunk, a.dense);
+        const bool need = wgmma::warpgroup_any((t.keys_a | t.keys_b) != 0ull, 1 + warp / 4);
+        mma::mbar_wait(full_bar + 8u * t.stage, uint32_t((t.it / kStages) & 1));
+        if (need) return true;
+        release_stage(t.stage);
+      }
+      return false;
+    };
+    auto issue_s = [&](const Tile& t, float (&s)[8][4]) {
+      const uint32_t sK_addr = sRing_addr + uint32_t(t.stage) * 2u * kTileBytes;
+      wgmma::fence();
+#pragma unroll
+      for (int kk = 0; kk < Cfg::kKSteps; ++kk) {
+        // K-major operands; a k-step of 16 columns is 32 bytes into the 128-byte block.
+        const uint32_t col = uint32_t(kk % 4) * 32u;
+        const uint64_t da = wgmma::desc_sw128(q_group + kQBlockBytes * (kk / 4) + col, 16u, 1024u);
+        const uint64_t db = wgmma::desc_sw128(sK_addr + Cfg::kBlockBytes * (kk / 4) + col, 16u, 1024u);
+        wgmma::mma_64x64x16_ss<Element>(s, da, db, kk > 0 ? 1 : 0);
+      }
+      wgmma::commit();
+    };
+    auto issue_pv = [&](const Tile& t, const uint32_t (&pa)[4][4]) {
+      // V is MN-major: 64-column blocks kBlockBytes apart, 8-key groups 1024 bytes apart; k-step j = 16 keys.
+      const uint32_t sV_addr = sRing_addr + uint32_t(t.stage) * 2u * kTileBytes + kTileBytes;
+      wgmma::fence();
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        wgmma::mma_64x128x16_rs<Element>(reinterpret_cast<float(&)[16][4]>(acc_o), pa[j],
+                                         wgmma::desc_sw128(sV_addr + uint32_t(j) * 16u * kKVRowBytes,
+                                                           Cfg::kBlockBytes, 1024u));
+      wgmma::commit();
+    };
+    // The per-tile bias (no table): x = Q k̄^T on mma.sync while the S of the same tile is in flight.
+    auto tile_bias_x = [&](const Tile& t) {
+      if (!kbar_per_tile) return;
+      float xb[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      bias_x(t.stage, xb, true);
+      consumer_bias(xb);
+    };
+    Tile cur, nxt;
+    if (acquire(cur)) {
+      float s[8][4] = {};
+      uint32_t pa[4][4];
+      float corr_a, corr_b;
+      issue_s(cur, s);
+      tile_bias_x(cur);
+      wgmma::wait<0>();
+      online_softmax(s, cur.it, cur.stage, cur.tile, cur.keys_a, cur.keys_b, corr_a, corr_b);
+      rescale_o(corr_a, corr_b);
+      pack_p(s, pa);
+      // (The last P V is issued on its own path: an S issued under a condition would reach the softmax through
+      // a merge of register values, which makes ptxas serialize every wgmma.)
+      while (true) {
+        if (!acquire(nxt)) {
+          issue_pv(cur, pa);
+          wgmma::wait<0>();
+          release_stage(cur.stage);
+          break;
+        }
+        issue_s(nxt, s);
+        issue_pv(cur, pa);
+        tile_bias_x(nxt);
+        wgmma::wait<1>();  // the S of nxt (committed first); the P V of cur may still run
+        online_softmax(s, nxt.it, nxt.stage, nxt.tile, nxt.keys_a, nxt.keys_b, corr_a, corr_b);
+        wgmma::wait<0>();  // P V of cur: O and cur's P registers and stage are free again
+        release_stage(cur.stage);
+        rescale_o(corr_a, corr_b);
+        pack_p(s, pa);
+        cur = nxt;
+      }
+    }
+  } else {
+    for (int it = 0; it < n_iter; ++it) {
+      const int stage = it % kStages;
+      const uint32_t parity = uint32_t((it / kStages) & 1);
+      const int64_t tile = cursor.next(sUnion);
+      // Mask reads first: their latency overlaps the wait for the tile.
+      const uint64_t keys_a = row_tile_keys(row_a.route, tile, a.chunk, a.log2_chunk, a.dense);
+      const uint64_t keys_b = row_tile_keys(row_b.route, tile, a.chunk, a.log2_chunk, a.dense);
+      const bool need = __any_sync(0xffffffffu, (keys_a | keys_b) != 0ull);
+      // Every warp waits for the tile, computing or not: a warp may release a stage only after the round it
+      // releases was filled, which keeps exactly one arrival per warp in each phase of the empty barrier.
+      mma::mbar_wait(full_bar + 8u * stage, parity);
+      if (need) {
+        const uint32_t sK_addr = sRing_addr + uint32_t(stage) * 2u * kTileBytes;
+        const uint32_t sV_addr = sK_addr + kTileBytes;
+        // S = Q K^T for this warp's 16 rows and the tile's 64 keys (and x of the per-tile bias).
+        float xb[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        float s[8][4];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+        if (kbar_per_tile) bias_x(stage, xb, false);
+#pragma unroll
+        for (int kk = 0; kk < Cfg::kKSteps; ++kk) {
+          uint32_t qa[4];
+          if constexpr (Cfg::kQInRegisters) {
+            qa[0] = q_frag[kk][0]; qa[1] = q_frag[kk][1]; qa[2] = q_frag[kk][2]; qa[3] = q_frag[kk][3];
+          } else {
+            mma::ldmatrix_x4(qa, sQ_addr + q_off[kk % 4] + kQBlockBytes * (kk / 4));
+          }
+#pragma unroll
+          for (int np = 0; np < 4; ++np) {
+            uint32_t b[4];
+            // Key rows 16np + (lane % 8) + 8 * (lane / 16), head-dim columns 16kk + 8 * ((lane / 8) % 2).
+            mma::ldmatrix_x4(b, sK_addr + k_off[kk % 4] + Cfg::kBlockBytes * (kk / 4) + uint32_t(np) * 16u * kKVRowBytes);
+            mma::mma_16816<Element>(s[2 * np], qa, b[0], b[1]);
+            mma::mma_16816<Element>(s[2 * np + 1], qa, b[2], b[3]);
+          }
+        }
+        if (kbar_per_tile) consumer_bias(xb);
+        float corr_a, corr_b;
+        online_softmax(s, it, stage, tile, keys_a, keys_b, corr_a, corr_b);
+        rescale_o(corr_a, corr_b);
+        // O += P V.
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          uint32_t pa[4];
+          pa[0] = mma::pack2<Element>(s[2 * j][0], s[2 * j][1]);
+          pa[1] = mma::pack2<Element>(s[2 * j][2], s[2 * j][3]);
+          pa[2] = mma::pack2<Element>(s[2 * j + 1][0], s[2 * j + 1][1]);
+          pa[3] = mma::pack2<Element>(s[2 * j + 1][2], s[2 * j + 1][3]);
+#pragma unroll
+          for (int dp = 0; dp < D / 16; ++dp) {
+            uint32_t b[4];
+            // Key rows 16j + (lane % 8) + 8 * ((lane / 8) % 2), head-dim columns 16dp + 8 * (lane / 16).
+            mma::ldmatrix_x4_trans(b, sV_addr + v_off[dp % 4] + Cfg::kBlockBytes * (dp / 4) +
+                                          uint32_t(j) * 16u * kKVRowBytes);
+            mma::mma_16816<Element>(acc_o[2 * dp], pa, b[0], b[1]);
+            mma::mma_16816<Element>(acc_o[2 * dp + 1], pa, b[2], b[3]);
+          }
+        }
+      }
+      release_stage(stage);
+    }
   }
 
   // Epilogue: finish the row sums across the quad, normalize, write o and lse (or the split partials).

@@ -28,14 +28,28 @@ constexpr bool kAvailable = true;
 __device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+// Waits until at most kPending committed groups are still in flight (groups complete in commit order).
+template <int kPending>
+__device__ __forceinline__ void wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory"); }
 // Generic-proxy shared-memory writes (cp.async, st.shared) made visible to the tensor cores' reads.
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// Warp-specialized register split: every warp of a warpgroup executes the same one (sync.aligned).
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs)); }
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs)); }
 #else
 constexpr bool kAvailable = false;
 __device__ __forceinline__ void fence() {}
 __device__ __forceinline__ void commit() {}
 __device__ __forceinline__ void wait_all() {}
+template <int kPending>
+__device__ __forceinline__ void wait() {}
 __device__ __forceinline__ void fence_proxy_async() {}
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_inc() {}
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_dec() {}
 #endif
 
 // OR of a predicate over the 128 threads of named barrier `id` (a warpgroup), which also synchronizes them. The

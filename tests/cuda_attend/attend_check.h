@@ -15,5 +15,7 @@ int run_conformance(bool verbose);
 
 // Times prefill and decode at the paper's shapes and prints a table (ms, TFLOP/s, TB/s).
 void run_benchmark(int max_n_k_thousands);
+// The two default-tiling cases (without / with the prior bias) a kernel profiler captures: 6 launches.
+void run_profile_cases();
 
 }  // namespace attend_check

@@ -7,12 +7,13 @@
 #include "attend_check.h"
 
 int main(int argc, char** argv) {
-  bool verbose = false, bench = false, check = true;
+  bool verbose = false, bench = false, check = true, profile = false;
   int max_k = 64;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "-v")) verbose = true;
     if (!std::strcmp(argv[i], "--bench")) bench = true;
     if (!std::strcmp(argv[i], "--no-check")) check = false;
+    if (!std::strcmp(argv[i], "--profile")) profile = true;
     if (!std::strcmp(argv[i], "--max-k") && i + 1 < argc) max_k = std::atoi(argv[++i]);
   }
   if (!attend_check::have_device()) {
@@ -21,5 +22,6 @@ int main(int argc, char** argv) {
   }
   const int failures = check ? attend_check::run_conformance(verbose) : 0;
   if (bench) attend_check::run_benchmark(max_k);
+  if (profile) attend_check::run_profile_cases();
   return failures ? 1 : 0;
 }
