@@ -41,6 +41,11 @@ __device__ __forceinline__ uint64_t row_tile_keys(const RowRouting& r, int64_t t
   const int64_t k0 = tile * kTileKeys;
   if (dense) return bit_range64(0, r.pos - k0);
   const int64_t diag_lo = r.diag << log2_chunk;  // first key of the diagonal chunk
+  if (chunk >= kTileKeys && k0 + kTileKeys <= diag_lo) {
+    // Wholly before the diagonal chunk (most tiles): the chunk's mask bit alone, without the position ranges.
+    const int64_t c = k0 >> log2_chunk;
+    return ((r.mask_row[c >> 5] >> (c & 31)) & 1u) ? ~0ull : 0ull;
+  }
   uint64_t keys = bit_range64(diag_lo - k0, r.pos - k0);
   if (chunk >= kTileKeys) {
     const int64_t c = k0 >> log2_chunk;
