@@ -38,9 +38,12 @@ bool cluster_route_available() {
 }
 
 // Decode routing over thread-block clusters when every query row of a (sequence, KV head) fits one CTA's MMA
-// tiles: returns false (nothing launched) when the shape does not qualify.
+// tiles: returns false (nothing launched) when the shape does not qualify. *may_hand_over tells whether the
+// kernel can leave any (sequence, KV head) to the multi-pass kernel. It cannot when no per-sequence length lives
+// on the device (every sequence is the launch's shape) and a row's gather buffer holds every chunk of the
+// sequence (no candidate overflow): the multi-pass launch, which would only find no mark, is then skipped.
 template <int kHeadDim, typename T>
-bool launch_cluster_route(const RouteArgs& a, const ProblemShape& s, cudaStream_t stream) {
+bool launch_cluster_route(const RouteArgs& a, const ProblemShape& s, cudaStream_t stream, bool* may_hand_over) {
   using C = Config<kHeadDim>;
   constexpr int kMaxRows = (kClusterMaxRows / 16 < C::kMTiles ? kClusterMaxRows / 16 : C::kMTiles) * 16;
   const int64_t rows = s.n_q * s.group;
@@ -73,6 +76,9 @@ bool launch_cluster_route(const RouteArgs& a, const ProblemShape& s, cudaStream_
   cfg.numAttrs = 1;
   DASHATTN_CUDA_CHECK(cudaLaunchKernelEx(&cfg, route_cluster_kernel<kHeadDim, T>, a, ca));
   DASHATTN_CUDA_CHECK_LAUNCH();
+  const bool lengths_on_device = a.batch.cu_seqlens_q != nullptr || a.batch.cu_seqlens_k != nullptr ||
+                                 a.batch.seqlens_q != nullptr || a.batch.seqlens_k != nullptr;
+  *may_hand_over = lengths_on_device || int64_t(ca.gather_cap) < per_cap * ctas;
   return true;
 }
 
@@ -115,8 +121,10 @@ void route_instance(const RouteParams& p, const ProblemShape& s, cudaStream_t st
   const auto q_addr = reinterpret_cast<uintptr_t>(p.q.data);
   const bool q_vec16 =
       q_addr % 16 == 0 && p.q.stride[0] % 8 == 0 && p.q.stride[1] % 8 == 0 && p.q.stride[2] % 8 == 0;
-  if (a.summaries_vec16 && q_vec16 && launch_cluster_route<kHeadDim, T>(a, s, stream)) {
+  bool may_hand_over = true;
+  if (a.summaries_vec16 && q_vec16 && launch_cluster_route<kHeadDim, T>(a, s, stream, &may_hand_over)) {
     // Decode: the cluster kernel did every (sequence, KV head) except those it marked for the multi-pass kernel.
+    if (!may_hand_over) return;
     a.only_flagged = true;
   } else if (a.summaries_vec16 && q_vec16) {
     // Blocks of one warp's rows (decode) are few and latency-bound: a deeper ring and longer lists. Prefill keeps
