@@ -10,7 +10,7 @@
 namespace dashattn::cuda {
 
 template <int kHeadDim_, typename Element_, int kWarps_, int kStages_, bool kWgmma_ = false,
-          bool kConsumerBias_ = false>
+          bool kConsumerBias_ = false, bool kTileSplit_ = false>
 struct AttendConfig {
   static constexpr int kHeadDim = kHeadDim_;
   using Element = Element_;
@@ -36,8 +36,16 @@ struct AttendConfig {
   // Prior bias computed by the consumer warps (launched only when 16 % g == 0 and a prior is on). A separate
   // instance, so that the kernels without the bias keep their registers.
   static constexpr bool kConsumerBias = kConsumerBias_;
-  using WithConsumerBias = AttendConfig<kHeadDim_, Element_, kWarps_, kStages_, kWgmma_, true>;
-  static constexpr int kRows = 16 * kWarps;
+  using WithConsumerBias = AttendConfig<kHeadDim_, Element_, kWarps_, kStages_, kWgmma_, true, kTileSplit_>;
+  // Tile split (decode): the consumer warps share one slab of 16 rows and take the union's tiles in turn, each
+  // with its own online-softmax state, merged at the end. One warp per 16 rows left a decode CTA with a single
+  // latency-bound warp; this gives it kWarps without more shared memory per CTA (two CTAs per SM still fit).
+  static constexpr bool kTileSplit = kTileSplit_;
+  // A stage's full barrier is waited on by parity, which cannot tell a phase from the one two fills later, so
+  // each stage needs one owner that sees its fills in order: warp w takes stage w's tiles (kWarps == kStages).
+  static_assert(!kTileSplit_ || (!kWgmma_ && kWarps_ == kStages_), "the tile split: an mma.sync tiling, warp = stage");
+  static constexpr int kMinBlocks = kTileSplit_ ? 2 : 1;
+  static constexpr int kRows = kTileSplit_ ? 16 : 16 * kWarps;
   static constexpr int kKSteps = kHeadDim / 16;     // k-steps of QK^T
   static constexpr int kONTiles = kHeadDim / 8;     // n-tiles of the O accumulator
   static constexpr bool kQInRegisters = kHeadDim <= 64;
@@ -54,7 +62,11 @@ struct AttendConfig {
   static constexpr size_t kRingBytes = size_t(kStages) * 2 * kTileBytes;
   static constexpr size_t kQBytes = size_t(kRows) * kHeadDim * sizeof(Element);
   static constexpr int kBiasScratch = 4 * (kRows < 32 ? 32 : kRows);  // head weights of one batch of bias items
-  static constexpr size_t kBiasBytes = (size_t(kStages) * kRows * 4 + kBiasScratch) * sizeof(float);
+  // The producer's per-stage tables, or (consumer bias) each warp's τ/μ of its rows (32 floats) and the bias of
+  // its rows for the current tile (64 floats).
+  static constexpr size_t kBiasFloats = size_t(kStages) * kRows * 4 + kBiasScratch;
+  static constexpr size_t kBiasBytes =
+      (kBiasFloats > size_t(96) * kWarps ? kBiasFloats : size_t(96) * kWarps) * sizeof(float);
   // Summaries k̄ of the chunks of each stage's tile (at most 4: C >= 16) for the consumers' bias MMA, rows padded
   // by 16 bytes so that the 4 rows an ldmatrix reads fall in distinct banks.
   static constexpr int kKbarRowElems = kHeadDim + 8;

@@ -45,7 +45,7 @@
 namespace dashattn::cuda {
 
 template <class Cfg>
-__global__ void __launch_bounds__(Cfg::kThreads, 1)
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     attend_kernel(const AttendArgs a, const __grid_constant__ CUtensorMap tmap_k,
                   const __grid_constant__ CUtensorMap tmap_v) {
   using Element = typename Cfg::Element;
@@ -83,7 +83,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
       mma::mbar_init(full_bar + 8u * s, 32u);                 // the producer warp's 32 lanes (+ copy completion)
-      mma::mbar_init(empty_bar + 8u * s, uint32_t(Cfg::kWarps));  // one arrival per consumer warp
+      // One arrival per consumer warp, or with the tile split by the one warp whose turn the tile was.
+      mma::mbar_init(empty_bar + 8u * s, uint32_t(Cfg::kTileSplit ? 1 : Cfg::kWarps));
     }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     mma::fence_barrier_init();
@@ -292,6 +293,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   // ---- Consumer warps ----
   if constexpr (Cfg::kProducerWarps > 1) wgmma::setmaxnreg_inc<Cfg::kConsumerRegs>();
+  // Barrier of the consumer warps alone (named barrier 3; 1 and 2 are the warpgroups').
+  auto consumers_sync = [&]() { asm volatile("bar.sync 3, %0;\n" ::"n"(Cfg::kWarps * 32) : "memory"); };
   auto make_row = [&](int r) {
     RowInfo ri;
     const int64_t R = row0 + r;
@@ -309,21 +312,22 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     return ri;
   };
   // This thread's two rows of the warp's 16-row slab (fragment rows lane / 4 and lane / 4 + 8).
-  const RowInfo row_a = make_row(warp * 16 + lane / 4);
-  const RowInfo row_b = make_row(warp * 16 + lane / 4 + 8);
+  // First row of this warp's 16-row slab (all warps share slab 0 with the tile split).
+  const int slab_row = Cfg::kTileSplit ? 0 : warp * 16;
+  const RowInfo row_a = make_row(slab_row + lane / 4);
+  const RowInfo row_b = make_row(slab_row + lane / 4 + 8);
   // Stage 1's threshold tau of each row's head and mu of its token, constant over the tiles, parked in the
   // (then unused) producer bias tables rather than in registers: the warpgroup tiling runs at its register cap.
   float2* row_tau_mu = reinterpret_cast<float2*>(sBias) + warp * 16;
   // The bias of the current tile's chunks qd = 0..3 per row of this warp: [16][4].
-  float* row_bias = sBias + Cfg::kRows * 2 + warp * 16 * 4;
-  static_assert(Cfg::kStages * 4 >= 6, "the per-row tau, mu and bias fit the producer tables");
+  float* row_bias = sBias + Cfg::kWarps * 32 + warp * 16 * 4;
   if (use_table || kbar_per_tile) {  // (the producer's tables, then unused, hold them)
     if (lane % 4 == 0) {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const RowInfo& ri = half ? row_b : row_a;
         const int r = lane / 4 + 8 * half;
-        const int64_t R = row0 + warp * 16 + r;
+        const int64_t R = row0 + slab_row + r;
         const int64_t token = R / g;
         float2 tm = make_float2(0.0f, 0.0f);
         if (ri.valid) {
@@ -405,7 +409,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   constexpr uint32_t kTileBytes = Cfg::kTileBytes;
   constexpr uint32_t kKVRowBytes = 128;
   const int r8 = lane % 8;
-  const uint32_t q_row = uint32_t(warp * 16 + r8 + 8 * ((lane / 8) % 2));
+  const uint32_t q_row = uint32_t(slab_row + r8 + 8 * ((lane / 8) % 2));
   const uint32_t k_row = uint32_t(r8 + 8 * (lane / 16));
   const uint32_t v_row = uint32_t(r8 + 8 * ((lane / 8) % 2));
   const uint32_t q_sel = uint32_t((lane / 16) ^ r8), k_sel = uint32_t(((lane / 8) % 2) ^ r8), v_sel = q_sel;
@@ -457,10 +461,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       }
     };
     // The next n-tile's k̄ loads are issued before this one's MMAs and group sums, so their L2 latency overlaps.
+    // With the tile split the warps share their rows, so they take the n-tiles in turn instead (every warp still
+    // walks the cursor through all of them).
+    const int step = Cfg::kTileSplit ? 8 * Cfg::kWarps : 8;
+    const int first = Cfg::kTileSplit ? 8 * warp : 0;
+    auto skip_to = [&](int p_from, int p_to) {
+      for (int p = p_from; p < p_to && p < n_pairs; p += 8) (void)column_chunk(p);
+    };
     uint32_t kbf[Cfg::kKSteps][2], kbf_next[Cfg::kKSteps][2] = {};
-    if (n_pairs > 0) load_column(column_chunk(0), kbf);
-    for (int p0 = 0; p0 < n_pairs; p0 += 8) {
-      if (p0 + 8 < n_pairs) load_column(column_chunk(p0 + 8), kbf_next);
+    skip_to(0, first);
+    if (first < n_pairs) load_column(column_chunk(first), kbf);
+    for (int p0 = first; p0 < n_pairs; p0 += step) {
+      skip_to(p0 + 8, p0 + step);
+      if (p0 + step < n_pairs) load_column(column_chunk(p0 + step), kbf_next);
       float x[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
       for (int kk = 0; kk < Cfg::kKSteps; ++kk) {
@@ -489,6 +502,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       }
     }
     __syncwarp();
+    if constexpr (Cfg::kTileSplit) consumers_sync();  // each warp reads entries the others wrote
   }
 
   // One k-step of x += Q k̄^T for the per-tile bias; an ldmatrix of the stage's k̄ buffer covers two k-steps.
@@ -717,6 +731,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       const int stage = it % kStages;
       const uint32_t parity = uint32_t((it / kStages) & 1);
       const int64_t tile = cursor.next(sUnion);
+      if (Cfg::kTileSplit && stage != warp) continue;  // another warp's stage
       // Mask reads first: their latency overlaps the wait for the tile.
       const uint64_t keys_a = row_tile_keys(row_a.route, tile, a.chunk, a.log2_chunk, a.dense);
       const uint64_t keys_b = row_tile_keys(row_b.route, tile, a.chunk, a.log2_chunk, a.dense);
@@ -782,6 +797,47 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   l_a += __shfl_xor_sync(0xffffffffu, l_a, 2);
   l_b += __shfl_xor_sync(0xffffffffu, l_b, 1);
   l_b += __shfl_xor_sync(0xffffffffu, l_b, 2);
+  if constexpr (Cfg::kTileSplit) {
+    // Merge the warps' states in warp order (fixed, so results are reproducible) through the K/V ring, which
+    // every tile has left once all consumers pass the barrier. Per lane: its O fragments, then m and l.
+    constexpr int kPerLane = Cfg::kONTiles * 4 + 4;
+    float* park = reinterpret_cast<float*>(sRing) + size_t(warp) * 32 * kPerLane;
+    static_assert(size_t(Cfg::kWarps) * 32 * kPerLane * sizeof(float) <= Cfg::kRingBytes, "merge fits the ring");
+    consumers_sync();
+    if (warp > 0) {
+#pragma unroll
+      for (int i = 0; i < Cfg::kONTiles; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) park[(i * 4 + e) * 32 + lane] = acc_o[i][e];
+      park[(Cfg::kONTiles * 4 + 0) * 32 + lane] = m_a;
+      park[(Cfg::kONTiles * 4 + 1) * 32 + lane] = m_b;
+      park[(Cfg::kONTiles * 4 + 2) * 32 + lane] = l_a;
+      park[(Cfg::kONTiles * 4 + 3) * 32 + lane] = l_b;
+    }
+    consumers_sync();
+    if (warp > 0) return;
+    for (int w = 1; w < Cfg::kWarps; ++w) {
+      const float* src = reinterpret_cast<const float*>(sRing) + size_t(w) * 32 * kPerLane;
+      const float mw_a = src[(Cfg::kONTiles * 4 + 0) * 32 + lane], mw_b = src[(Cfg::kONTiles * 4 + 1) * 32 + lane];
+      const float lw_a = src[(Cfg::kONTiles * 4 + 2) * 32 + lane], lw_b = src[(Cfg::kONTiles * 4 + 3) * 32 + lane];
+      const float mn_a = fmaxf(m_a, mw_a), mn_b = fmaxf(m_b, mw_b);
+      // A state that has seen no key has m = -inf and contributes exp2(-inf) = 0 (both: 0 and 0).
+      const float use_a = mn_a == -INFINITY ? 0.0f : mn_a, use_b = mn_b == -INFINITY ? 0.0f : mn_b;
+      const float f_a = mma::exp2_approx(m_a - use_a), fw_a = mma::exp2_approx(mw_a - use_a);
+      const float f_b = mma::exp2_approx(m_b - use_b), fw_b = mma::exp2_approx(mw_b - use_b);
+#pragma unroll
+      for (int i = 0; i < Cfg::kONTiles; ++i) {
+        acc_o[i][0] = acc_o[i][0] * f_a + src[(i * 4 + 0) * 32 + lane] * fw_a;
+        acc_o[i][1] = acc_o[i][1] * f_a + src[(i * 4 + 1) * 32 + lane] * fw_a;
+        acc_o[i][2] = acc_o[i][2] * f_b + src[(i * 4 + 2) * 32 + lane] * fw_b;
+        acc_o[i][3] = acc_o[i][3] * f_b + src[(i * 4 + 3) * 32 + lane] * fw_b;
+      }
+      l_a = l_a * f_a + lw_a * fw_a;
+      l_b = l_b * f_b + lw_b * fw_b;
+      m_a = mn_a;
+      m_b = mn_b;
+    }
+  }
   const float inv_a = l_a > 0.0f ? 1.0f / l_a : 0.0f;
   const float inv_b = l_b > 0.0f ? 1.0f / l_b : 0.0f;
   constexpr float kLn2 = 0.6931471805599453f;
@@ -792,7 +848,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   auto write_row = [&](const RowInfo& ri, int half, float inv, float lse) {
     // Rows past the sequence: padding rows of a padded batch get o = 0 and lse = -inf; rows past the padded
     // length, or (varlen) rows that belong to the next sequence, are left alone.
-    const int64_t R = row0 + warp * 16 + lane / 4 + 8 * half;
+    const int64_t R = row0 + slab_row + lane / 4 + 8 * half;
     const int64_t token = R / g;
     const int head = kv_head * g + int(R % g);
     if (token >= a.batch.padded_n_q) return;

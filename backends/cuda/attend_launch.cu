@@ -96,8 +96,12 @@ AttendPlan plan_attend(const ProblemShape& s, int num_sms, bool dense) {
   plan.warps = rows <= 16 ? 1 : (rows <= 64 || s.d > 128 ? 4 : (s.d == 128 ? 8 : 7));
   const int64_t m_blocks = ceil_div(rows, 16 * plan.warps);
   const int64_t ctas = m_blocks * s.batch * s.h_kv;
-  // One-warp CTAs fit several per SM (shared memory of their ring, 228 KB per SM on sm_90); wide ones one.
-  const int64_t per_sm = plan.warps == 1 ? std::max<int64_t>(1, int64_t(228 * 1024) / int64_t(decode_smem_bytes(int(s.d)))) : 1;
+  // Decode CTAs (one 16-row slab, tile split over 4 warps) fit up to two per SM (their ring's shared memory, 228 KB
+  // per SM on sm_90, and the registers the launch bounds leave them); wide ones one.
+  const int64_t per_sm =
+      plan.warps == 1
+          ? std::min<int64_t>(2, std::max<int64_t>(1, int64_t(228 * 1024) / int64_t(decode_smem_bytes(int(s.d)))))
+          : 1;
   const int64_t resident = int64_t(num_sms) * per_sm;
   const int64_t tiles = ceil_div(std::max<int64_t>(s.n_k, 1), 64);
   if (ctas < resident && tiles >= 4) {

@@ -10,7 +10,7 @@
 //
 // Instances: attend_instance.cu.in is configured once per (head dim, dtype) pair (see cuda_internal.cuh); each
 // generated file explicitly instantiates run_attend<HDIM, CTYPE>, which holds every tiling of that pair
-// (warps = 1, 4, 7) and the split-combine kernel. Nothing else instantiates the kernels.
+// (the decode tile split, 4, 7, 8 warps) and the split-combine kernel. Nothing else instantiates the kernels.
 #pragma once
 
 #include <cuda.h>
@@ -22,7 +22,7 @@
 
 namespace dashattn::cuda {
 
-// K/V ring depth of the one-warp (decode) tiling: 75 / 110 / 144 KB of shared memory for head dim 64 / 128 / 256,
+// K/V ring depth of the decode tiling (one 16-row slab per CTA): 75 / 110 / 144 KB of shared memory for head dim 64 / 128 / 256,
 // i.e. 3 / 2 / 1 CTAs per SM, each keeping its next tiles in flight.
 constexpr int decode_stages(int head_dim) { return head_dim <= 64 ? 4 : (head_dim <= 128 ? 3 : 2); }
 constexpr size_t decode_smem_bytes(int head_dim) {

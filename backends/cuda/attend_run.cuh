@@ -40,13 +40,14 @@ void launch_attend_instance(AttendArgs args, bool allow_tma, cudaStream_t stream
   args.bias_table_floats = 0;
   if constexpr (Cfg::kConsumerBias) {
     if (args.allow_bias_table) {
-      // One float per (union tile, chunk of the tile, token of the CTA); the one-warp (decode) tiling keeps its
+      // One float per (union tile, chunk of the tile, token of the CTA); the decode tiling keeps its
       // CTAs per SM and takes at most 4 KB, the wide tilings (one CTA per SM) what shared memory has left.
       const size_t offset = Cfg::kFixedBytes + ((size_t(union_words) * 4 + 15) & ~size_t(15));
       const int64_t per_tile = args.chunk >= kTileKeys ? 1 : kTileKeys / args.chunk;
       const int64_t want = ceil_div(args.batch.padded_n_k, kTileKeys) * per_tile * (Cfg::kRows / args.group);
       const int64_t room = (int64_t(optin) - 1024 - int64_t(offset)) / 4;
-      const int64_t floats = std::min<int64_t>(std::min<int64_t>(want, Cfg::kWarps == 1 ? 1024 : room), INT32_MAX);
+      const int64_t floats =
+          std::min<int64_t>(std::min<int64_t>(want, Cfg::kTileSplit || Cfg::kWarps == 1 ? 1024 : room), INT32_MAX);
       if (floats > 0) {
         args.bias_table_floats = int(floats);
         args.bias_table_offset = uint32_t(offset);
@@ -94,15 +95,19 @@ template <int kHeadDim, typename Element>
 void run_attend(const AttendArgs& args_in, const AttendPlan& plan, cudaStream_t stream) {
   AttendArgs args = args_in;
   args.allow_bias_table = plan.bias_table;
-  // Ring depth: three K/V tiles for the wide tilings (one CTA per SM, within an A100's 163 KB); the one-warp
+  // Ring depth: three K/V tiles for the wide tilings (one CTA per SM, within an A100's 163 KB); the decode
   // decode tiling keeps two or more CTAs per SM (decode_stages() in attend_launch.cuh).
   constexpr int kStagesWide = kHeadDim <= 128 ? 3 : 2;
   constexpr int kStagesDecode = decode_stages(kHeadDim);
-  // Consumer warps: 1 (decode), 4, 7 or 8 (wgmma, below). Seven plus the producer make 8 warps = 2 per SM sub-partition, which
+  // One decode warp per ring stage: the tile split gives each stage a fixed owner (see AttendConfig).
+  constexpr int kDecodeWarps = kStagesDecode;
+  // Consumer warps: 4 sharing one slab (decode), 4, 7 or 8 (wgmma, below). Seven plus the producer make 8 warps = 2 per SM sub-partition, which
   // keeps the full 255 registers per thread (a ninth warp puts 3 warps on one sub-partition and caps them at 168,
   // which spills).
   if (plan.warps == 1) {
-    launch_attend_config<AttendConfig<kHeadDim, Element, 1, kStagesDecode>>(args, plan.tma, stream);
+    // One 16-row slab per CTA (decode): a consumer warp per ring stage takes that stage's tiles (the tile split).
+    launch_attend_config<AttendConfig<kHeadDim, Element, kDecodeWarps, kStagesDecode, false, false, true>>(
+        args, plan.tma, stream);
     return;
   }
   if constexpr (kHeadDim == 128) {
