@@ -3,16 +3,19 @@
 // b·h_kv latency-bound blocks. Every CTA scores its own 32-aligned chunk range with the tensor cores and keeps
 // the scores in shared memory; the CTAs then agree through distributed shared memory (DSMEM). Every exchange
 // pushes: a CTA stores into the other CTAs' shared memory before a cluster barrier and reads only its own after
-// it, so no phase waits on a remote load's round trip:
-//   1. row maxima: each CTA stores its local maxima into every CTA; each takes the maximum over ranks 0..S−1;
-//   2. candidates x > m − 1 − margin (the only ones that can carry weight, τ ≥ m − 1) counted in every CTA, the
-//      counts stored into every CTA; each CTA then stores its candidates, in chunk order, into the gather buffer
-//      of the CTA that solves the row (rank ρ mod S) at the offset the lower ranks' counts give (rank order);
-//   3. row ρ's exact τ, one warp per row (warp_entmax_threshold below: the iteration of dashattn::entmax_threshold
-//      with the same sums in the same order, so the same τ bits), stored into every CTA;
-//   4. each CTA emits the mask words of its own range with one lane per chunk (group weight summed in head order
-//      from 0, as dashattn::group_weight does; bit = w > 0), and stores its partial Σ log w and counts into rank 0,
-//      which adds them in rank order for μ and the active count.
+// it, so no phase waits on a remote load's round trip. Row ρ is solved by rank ρ mod S; its candidates reach it
+// in one of two ways:
+//   whole rows (their scores fit the space of the Q staging area, or cost no resident CTA): each CTA stores its
+//      scores of row ρ at their chunk positions into the solving CTA, which takes the row maximum and compacts the
+//      candidates x > m − 1 − margin (the only ones that can carry weight, τ ≥ m − 1) in chunk order — one
+//      exchange;
+//   otherwise: each CTA stores its local maxima into every CTA, then its candidate counts, then its candidates in
+//      chunk order into the solving CTA at the offset the lower ranks' counts give — three exchanges.
+// Then row ρ's exact τ, one warp per row (warp_entmax_threshold below: the iteration of dashattn::entmax_threshold
+// with the same sums in the same order, so the same τ bits), goes into every CTA; each CTA emits the mask words of
+// its own range with one lane per chunk (group weight summed in head order from 0, as dashattn::group_weight
+// does; bit = w > 0), and stores its partial Σ log w and counts into rank 0, which adds them in rank order for μ
+// and the active count.
 // A row whose candidates do not fit the gather buffer, or a sequence longer than the launch sized for, hands the
 // (sequence, KV head) to the multi-pass kernel with the τ mark of route_kernels.cuh. Every reduction has a fixed
 // order: results are bitwise reproducible. Included only through route_launch.cuh.
@@ -45,22 +48,48 @@ struct ClusterArgs {
   int gather_cap;   // τ candidates per solved row that fit the staging buffer
 };
 
+__host__ __device__ inline int cluster_solved_rows(const ClusterArgs& c) { return (c.rows_alloc + c.ctas - 1) / c.ctas; }
+__host__ __device__ inline size_t cluster_align16(size_t v) { return (v + 15) / 16 * 16; }
+
+// Shared-memory layout. With whole rows, every chunk's score of the rows a CTA solves goes into that CTA (one
+// exchange instead of maxima, counts and candidates in turn); the region shares its space with the Q staging
+// area, which is dead once the Q fragments are in registers.
 template <int kHeadDim>
 struct ClusterSmem {
   using C = Config<kHeadDim>;
   static constexpr size_t kStageBytes = size_t(kClusterStageChunks) * C::kTileStride * 2;
   // Q rows get their own staging area so that their load and the first summary round's share one wait.
   static constexpr size_t kQBytes = size_t(kClusterMaxRows) * C::kTileStride * 2;
-  static __host__ __device__ size_t align16(size_t v) { return (v + 15) / 16 * 16; }
+  // sm_90 shared memory per multiprocessor, the runtime's reserve per CTA, and a bound on the kernel's static
+  // shared memory: whole rows are taken only where they cost no resident CTA.
+  static constexpr size_t kSmemPerSm = 228 * 1024, kReservedPerCta = 1024, kStaticBound = 4096;
+  static __host__ __device__ size_t whole_row_bytes(const ClusterArgs& c) {
+    return size_t(cluster_solved_rows(c)) * c.per_cap * c.ctas * 4;
+  }
+  static __host__ __device__ size_t layout_bytes(const ClusterArgs& c, size_t shared_region) {
+    return cluster_align16(kStageBytes) + cluster_align16(shared_region) +
+           cluster_align16(size_t(c.rows_alloc) * score_stride(c.per_cap) * 4) +
+           cluster_align16(size_t(c.tokens_alloc) * c.per_cap * 4);
+  }
+  static __host__ __device__ size_t ctas_per_sm(size_t dynamic_bytes) {
+    return kSmemPerSm / (dynamic_bytes + kStaticBound + kReservedPerCta);
+  }
+  static __host__ __device__ bool whole_rows(const ClusterArgs& c) {
+    const size_t w = whole_row_bytes(c);
+    return ctas_per_sm(layout_bytes(c, w > kQBytes ? w : kQBytes)) >= ctas_per_sm(layout_bytes(c, kQBytes));
+  }
+  static __host__ __device__ size_t shared_region(const ClusterArgs& c) {
+    const size_t w = whole_row_bytes(c);
+    return whole_rows(c) && w > kQBytes ? w : kQBytes;
+  }
   static __host__ __device__ int score_stride(int per_cap) { return per_cap + 1; }
-  static __host__ __device__ size_t q_off() { return align16(kStageBytes); }
-  static __host__ __device__ size_t score_off() { return q_off() + align16(kQBytes); }
+  static __host__ __device__ size_t q_off() { return cluster_align16(kStageBytes); }
+  static __host__ __device__ size_t whole_off() { return q_off(); }
+  static __host__ __device__ size_t score_off(const ClusterArgs& c) { return q_off() + cluster_align16(shared_region(c)); }
   static __host__ __device__ size_t log_off(const ClusterArgs& c) {
-    return score_off() + align16(size_t(c.rows_alloc) * score_stride(c.per_cap) * 4);
+    return score_off(c) + cluster_align16(size_t(c.rows_alloc) * score_stride(c.per_cap) * 4);
   }
-  static __host__ __device__ size_t bytes(const ClusterArgs& c) {
-    return log_off(c) + align16(size_t(c.tokens_alloc) * c.per_cap * 4);
-  }
+  static __host__ __device__ size_t bytes(const ClusterArgs& c) { return layout_bytes(c, shared_region(c)); }
 };
 
 // Candidates of one row laid out contiguously (the gather buffer).
@@ -69,9 +98,9 @@ struct PlainList {
   __device__ float operator()(int i) const { return vals[i]; }
 };
 
-// Split cluster barrier (sm_90). arrive is a release and wait an acquire at cluster scope; the relaxed arrive
-// only marks that this CTA has started, which every CTA must know before storing into another's shared memory.
-__device__ __forceinline__ void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed;\n" ::: "memory"); }
+// Split cluster barrier (sm_90): arrive is a release and wait an acquire at cluster scope. A CTA stores into
+// another's shared memory only after a wait on a phase that CTA has arrived at (it has started and no longer
+// reads what the store may overwrite).
 __device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive;\n" ::: "memory"); }
 __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait;\n" ::: "memory"); }
 __device__ __forceinline__ void cluster_barrier() {
@@ -85,15 +114,15 @@ static __device__ __noinline__ double serial_entmax_threshold(const float* x, in
   return entmax_threshold(PlainList{x}, n, alpha, solver).tau;
 }
 
-// dashattn::entmax_threshold over x[0, n) evaluated by one warp, bit for bit: the row maximum (the first of equal
-// maxima, as the serial scan keeps), the support count and the bracket ends a = max{v ≤ t}, b = min{v > t} are
-// exact whatever the order, so the lanes split them; the sums S1 = Σ(x−t), S2 = Σ(x−t)² are rounded in order, so
-// every lane adds them over all candidates in index order, as the serial pass does (elements outside the support
-// add +0, which leaves a sum of positive terms unchanged), unrolled so that the loads run ahead of the two
-// dependent chains. The closed-form step below is the one of entmax.h, written the same way. α other than 1.5
-// and 2, and the reference solver, run the serial solver on lane 0.
+// dashattn::entmax_threshold over x[0, n) evaluated by one warp, bit for bit. The row maximum (the first of
+// equal maxima, as the serial scan keeps), the support count and the bracket ends a = max{v ≤ t}, b = min{v > t}
+// are exact whatever the order, so the lanes split them. The sums S1 = Σ(x−t), S2 = Σ(x−t)² are rounded in order:
+// each block of 32 candidates has its terms formed one per lane (+0 outside the support, which leaves a sum of
+// positive terms unchanged) and staged in `terms`, then every lane adds the block in index order, as the serial
+// pass does; only the two dependent additions stay serial. The closed-form step below is entmax.h's, written the
+// same way. α other than 1.5 and 2, and the reference solver, run the serial solver on lane 0.
 __device__ __forceinline__ double warp_entmax_threshold(const float* x, int n, double alpha, EntmaxSolver solver,
-                                                     int lane) {
+                                                        int lane, double* terms) {
   const unsigned full = 0xffffffffu;
   if (n <= 0) return 0.0;
   const bool is15 = alpha == 1.5, is2 = alpha == 2.0;
@@ -127,14 +156,41 @@ __device__ __forceinline__ double warp_entmax_threshold(const float* x, int n, d
   for (int it = 0; it < 200; ++it) {
     int k = 0;
     double below = -INFINITY, above = INFINITY;
-    for (int i = lane; i < n; i += 32) {
-      const double v = static_cast<double>(x[i]) - m;
-      const double y = v - t;
-      if (y > 0) {
-        ++k;
-        if (v < above) above = v;
-      } else if (v > below) {
-        below = v;
+    double s1 = 0, s2 = 0;
+    for (int base = 0; base < n; base += 32) {
+      const int i = base + lane;
+      double term = 0.0;
+      if (i < n) {
+        const double v = static_cast<double>(x[i]) - m;
+        const double y = v - t;
+        if (y > 0) {
+          ++k;
+          if (v < above) above = v;
+          term = y;
+        } else if (v > below) {
+          below = v;
+        }
+      }
+      __syncwarp();
+      terms[lane] = term;
+      __syncwarp();
+      const int groups = (n - base + 7) / 8;  // the rest of the block holds +0 terms
+#pragma unroll
+      for (int gi = 0; gi < 4; ++gi) {
+        if (gi < groups) {
+          double yv[8];
+#pragma unroll
+          for (int j = 0; j < 8; j += 2) {
+            const double2 pair = *reinterpret_cast<const double2*>(terms + gi * 8 + j);
+            yv[j] = pair.x;
+            yv[j + 1] = pair.y;
+          }
+#pragma unroll
+          for (int j = 0; j < 8; ++j) {
+            s1 += yv[j];
+            s2 += yv[j] * yv[j];
+          }
+        }
       }
     }
 #pragma unroll
@@ -142,28 +198,6 @@ __device__ __forceinline__ double warp_entmax_threshold(const float* x, int n, d
       k += __shfl_xor_sync(full, k, off);
       below = fmax(below, __shfl_xor_sync(full, below, off));
       above = fmin(above, __shfl_xor_sync(full, above, off));
-    }
-    double s1 = 0, s2 = 0;
-    int i = 0;
-    for (; i + 4 <= n; i += 4) {
-      float xv[4];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) xv[j] = x[i + j];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const double v = static_cast<double>(xv[j]) - m;
-        const double y = v - t;
-        const double yp = y > 0 ? y : 0.0;
-        s1 += yp;
-        s2 += yp * yp;
-      }
-    }
-    for (; i < n; ++i) {
-      const double v = static_cast<double>(x[i]) - m;
-      const double y = v - t;
-      const double yp = y > 0 ? y : 0.0;
-      s1 += yp;
-      s2 += yp * yp;
     }
     // From here on as entmax_threshold's loop (every lane holds the same values).
     double delta;
@@ -216,6 +250,7 @@ __global__ void __launch_bounds__(kThreads) route_cluster_kernel(RouteArgs a, Cl
   __shared__ int count_all[kClusterMaxCtas * kR];
   __shared__ float part_log[kClusterMaxCtas * kR];
   __shared__ int part_routed[kClusterMaxCtas * kR];
+  __shared__ __align__(16) double solve_terms[kWarps][32];
 
   cg::cluster_group cluster = cg::this_cluster();
   const int rank = static_cast<int>(cluster.block_rank());
@@ -223,7 +258,7 @@ __global__ void __launch_bounds__(kThreads) route_cluster_kernel(RouteArgs a, Cl
   const int sstride = S::score_stride(ca.per_cap);
   uint16_t* stage = reinterpret_cast<uint16_t*>(smem);
   uint16_t* qstage = reinterpret_cast<uint16_t*>(smem + S::q_off());
-  float* scores = reinterpret_cast<float*>(smem + S::score_off());
+  float* scores = reinterpret_cast<float*>(smem + S::score_off(ca));
   float* logs = reinterpret_cast<float*>(smem + S::log_off(ca));
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -250,7 +285,6 @@ __global__ void __launch_bounds__(kThreads) route_cluster_kernel(RouteArgs a, Cl
     hand_over();
     return;
   }
-  cluster_arrive_relaxed();  // waited on just before the first store into another CTA
   const int per = static_cast<int>(per64);
   const int cmax = static_cast<int>(cmax64);
   const int c_begin = rank * per;
@@ -308,6 +342,9 @@ __global__ void __launch_bounds__(kThreads) route_cluster_kernel(RouteArgs a, Cl
   for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
     for (int h = 0; h < 2; ++h) lim[mt][h] = row_limit[mt * 16 + grp + 8 * h];
+  // Waited on just before the first store into another CTA, which may land in the Q staging area (whole rows):
+  // a release, so that this thread's reads of it come first.
+  cluster_arrive();
 
   // ---- Scores of this CTA's range, kept in shared memory (−inf past a row's routable chunks) ----
   for (int cb = c_begin; cb < c_end; cb += kClusterStageChunks) {
@@ -343,73 +380,119 @@ __global__ void __launch_bounds__(kThreads) route_cluster_kernel(RouteArgs a, Cl
     __syncthreads();  // scores complete; the staging buffer is free for the next round
   }
 
-  // ---- 1. Row maxima, stored into every CTA ----
-  cluster_wait();  // every CTA of the cluster has started
-  for (int rho = warp; rho < rows_used; rho += kWarps) {
-    float m = -INFINITY;
-    for (int e = lane; e < n_loc; e += 32) m = fmaxf(m, scores[rho * sstride + e]);
+  // The solving CTA's candidates of row ρ (rank ρ mod S) lie at (ρ / S)·row_cap in `gather`: the staging buffer
+  // (free once every CTA has passed the first barrier after scoring) or, for whole rows, a region of their own
+  // that other CTAs may fill while this one still scores.
+  const bool whole_rows = S::whole_rows(ca);  // cluster-uniform (launch arguments)
+  float* gather = whole_rows ? reinterpret_cast<float*>(smem + S::whole_off()) : reinterpret_cast<float*>(stage);
+  const int row_cap = whole_rows ? ca.per_cap * nctas : ca.gather_cap;
+  cluster_wait();  // every CTA of the cluster has started and holds its Q fragments
+  // Whole rows: each CTA stores its scores of row ρ at their chunk positions into the solving CTA, which takes the
+  // maximum, compacts the candidates in chunk order and solves: one exchange instead of three (no row can
+  // overflow). Otherwise maxima, counts and candidates go in turn.
+  if (whole_rows) {
+    for (int rho = warp; rho < rows_used; rho += kWarps) {
+      float* dst = cluster.map_shared_rank(gather, rho % nctas) + (rho / nctas) * row_cap + c_begin;
+      for (int e = lane; e < n_loc; e += 32) dst[e] = scores[rho * sstride + e];
+    }
+    cluster_barrier();
+    for (int o = warp, rho = rank + warp * nctas; rho < rows_used; o += kWarps, rho += kWarps * nctas) {
+      float* row = gather + o * row_cap;
+      float m = -INFINITY;
+#pragma unroll 8
+      for (int c = lane; c < cmax; c += 32) m = fmaxf(m, row[c]);
 #pragma unroll
-    for (int off = 16; off >= 1; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
-    m = __shfl_sync(0xffffffffu, m, 0);
-    if (lane < nctas) cluster.map_shared_rank(max_all, lane)[rank * kR + rho] = m;
-  }
-  cluster_barrier();
+      for (int off = 16; off >= 1; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+      const float th = candidate_threshold(m);
+      int n = 0;
+      for (int c0 = 0; c0 < cmax; c0 += 32) {  // in place: a block is read before any slot of it is written
+        const int c = c0 + lane;
+        const float v = c < cmax ? row[c] : -INFINITY;
+        const bool take = v > th;
+        const unsigned bal = __ballot_sync(0xffffffffu, take);
+        __syncwarp();
+        if (take) row[n + __popc(bal & ((1u << lane) - 1u))] = v;
+        n += __popc(bal);
+      }
+      __syncwarp();
+      if (lane == 0) {
+        row_th[rho] = th;
+        row_total[rho] = n;
+      }
+    }
+  } else {
+    // ---- 1. Row maxima, stored into every CTA ----
+    for (int rho = warp; rho < rows_used; rho += kWarps) {
+      float m = -INFINITY;
+      for (int e = lane; e < n_loc; e += 32) m = fmaxf(m, scores[rho * sstride + e]);
+#pragma unroll
+      for (int off = 16; off >= 1; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+      m = __shfl_sync(0xffffffffu, m, 0);
+      if (lane < nctas) cluster.map_shared_rank(max_all, lane)[rank * kR + rho] = m;
+    }
+    cluster_barrier();
 
-  // ---- 2. Candidate counts, stored into every CTA ----
-  for (int rho = warp; rho < rows_used; rho += kWarps) {
-    float m = -INFINITY;
-    for (int k = 0; k < nctas; ++k) m = fmaxf(m, max_all[k * kR + rho]);
-    const float th = candidate_threshold(m);
-    int n = 0;
-    for (int e0 = 0; e0 < n_loc; e0 += 32) {
-      const int e = e0 + lane;
-      const bool take = e < n_loc && scores[rho * sstride + e] > th;
-      n += __popc(__ballot_sync(0xffffffffu, take));
+    // ---- 2. Candidate counts, stored into every CTA ----
+    for (int rho = warp; rho < rows_used; rho += kWarps) {
+      float m = -INFINITY;
+      for (int k = 0; k < nctas; ++k) m = fmaxf(m, max_all[k * kR + rho]);
+      const float th = candidate_threshold(m);
+      int n = 0;
+      for (int e0 = 0; e0 < n_loc; e0 += 32) {
+        const int e = e0 + lane;
+        const bool take = e < n_loc && scores[rho * sstride + e] > th;
+        n += __popc(__ballot_sync(0xffffffffu, take));
+      }
+      if (lane == 0) row_th[rho] = th;
+      if (lane < nctas) cluster.map_shared_rank(count_all, lane)[rank * kR + rho] = n;
     }
-    if (lane == 0) row_th[rho] = th;
-    if (lane < nctas) cluster.map_shared_rank(count_all, lane)[rank * kR + rho] = n;
-  }
-  cluster_barrier();
+    cluster_barrier();
 
-  // ---- 3. Exact τ: row ρ solved by rank ρ mod S over its candidates gathered in rank order ----
-  bool overflow_here = false;
-  for (int rho = tid; rho < rows_used; rho += kThreads) {
-    int total = 0, prefix = 0;
-    for (int k = 0; k < nctas; ++k) {
-      const int n = count_all[k * kR + rho];
-      if (k < rank) prefix += n;
-      total += n;
+    // ---- 3. Candidates gathered in rank order into the solving CTA (rank ρ mod S) ----
+    bool overflow_here = false;
+    for (int rho = tid; rho < rows_used; rho += kThreads) {
+      int total = 0, prefix = 0;
+      for (int k = 0; k < nctas; ++k) {
+        const int n = count_all[k * kR + rho];
+        if (k < rank) prefix += n;
+        total += n;
+      }
+      row_total[rho] = total;
+      row_prefix[rho] = prefix;
+      overflow_here = overflow_here || total > ca.gather_cap;
     }
-    row_total[rho] = total;
-    row_prefix[rho] = prefix;
-    overflow_here = overflow_here || total > ca.gather_cap;
-  }
-  if (__syncthreads_or(overflow_here)) {  // cluster-uniform: every CTA holds the same counts
-    hand_over();
-    return;  // nothing reads or writes another CTA's shared memory past the last barrier
-  }
-  float* gather = reinterpret_cast<float*>(stage);
-  for (int rho = warp; rho < rows_used; rho += kWarps) {
-    float* dst = cluster.map_shared_rank(gather, rho % nctas) + (rho / nctas) * ca.gather_cap + row_prefix[rho];
-    const float th = row_th[rho];
-    int n = 0;
-    for (int e0 = 0; e0 < n_loc; e0 += 32) {
-      const int e = e0 + lane;
-      const float v = e < n_loc ? scores[rho * sstride + e] : -INFINITY;
-      const bool take = v > th;
-      const unsigned bal = __ballot_sync(0xffffffffu, take);
-      if (take) dst[n + __popc(bal & ((1u << lane) - 1u))] = v;
-      n += __popc(bal);
+    if (__syncthreads_or(overflow_here)) {  // cluster-uniform: every CTA holds the same counts
+      hand_over();
+      return;  // nothing reads or writes another CTA's shared memory past the last barrier
     }
+    for (int rho = warp; rho < rows_used; rho += kWarps) {
+      float* dst = cluster.map_shared_rank(gather, rho % nctas) + (rho / nctas) * row_cap + row_prefix[rho];
+      const float th = row_th[rho];
+      int n = 0;
+      for (int e0 = 0; e0 < n_loc; e0 += 32) {
+        const int e = e0 + lane;
+        const float v = e < n_loc ? scores[rho * sstride + e] : -INFINITY;
+        const bool take = v > th;
+        const unsigned bal = __ballot_sync(0xffffffffu, take);
+        if (take) dst[n + __popc(bal & ((1u << lane) - 1u))] = v;
+        n += __popc(bal);
+      }
+    }
+    cluster_barrier();
   }
-  cluster_barrier();
+
+  // ---- Exact τ of the rows this CTA solves, stored (with the candidate threshold) into every CTA ----
   for (int o = warp, rho = rank + warp * nctas; rho < rows_used; o += kWarps, rho += kWarps * nctas) {
+    __syncwarp();  // lane 0's row_total and row_th of a whole row
     float tau = NAN;
     if (row_limit[rho] > 0) {
-      tau = static_cast<float>(
-          warp_entmax_threshold(gather + o * ca.gather_cap, row_total[rho], a.alpha, a.solver, lane));
+      tau = static_cast<float>(warp_entmax_threshold(gather + o * row_cap, row_total[rho], a.alpha, a.solver,
+                                                     lane, solve_terms[warp]));
     }
-    if (lane < nctas) cluster.map_shared_rank(tau_all, lane)[rho] = tau;
+    if (lane < nctas) {
+      cluster.map_shared_rank(tau_all, lane)[rho] = tau;
+      if (whole_rows) cluster.map_shared_rank(row_th, lane)[rho] = row_th[rho];
+    }
     if (lane == 0) {
       const int64_t i = rho / g;
       *a.tau.ptr<float>(sp.batch_index, int64_t(r) * g + rho % g, sp.q_begin + i) = i < sp.n_q ? tau : NAN;

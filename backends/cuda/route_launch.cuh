@@ -40,8 +40,9 @@ bool cluster_route_available() {
 // Decode routing over thread-block clusters when every query row of a (sequence, KV head) fits one CTA's MMA
 // tiles: returns false (nothing launched) when the shape does not qualify. *may_hand_over tells whether the
 // kernel can leave any (sequence, KV head) to the multi-pass kernel. It cannot when no per-sequence length lives
-// on the device (every sequence is the launch's shape) and a row's gather buffer holds every chunk of the
-// sequence (no candidate overflow): the multi-pass launch, which would only find no mark, is then skipped.
+// on the device (every sequence is the launch's shape) and the solving CTA holds every chunk of a row (whole rows,
+// or a gather buffer that large: no candidate overflow): the multi-pass launch, which would only find no mark,
+// is then skipped.
 template <int kHeadDim, typename T>
 bool launch_cluster_route(const RouteArgs& a, const ProblemShape& s, cudaStream_t stream, bool* may_hand_over) {
   using C = Config<kHeadDim>;
@@ -78,7 +79,8 @@ bool launch_cluster_route(const RouteArgs& a, const ProblemShape& s, cudaStream_
   DASHATTN_CUDA_CHECK_LAUNCH();
   const bool lengths_on_device = a.batch.cu_seqlens_q != nullptr || a.batch.cu_seqlens_k != nullptr ||
                                  a.batch.seqlens_q != nullptr || a.batch.seqlens_k != nullptr;
-  *may_hand_over = lengths_on_device || int64_t(ca.gather_cap) < per_cap * ctas;
+  *may_hand_over =
+      lengths_on_device || !(ClusterSmem<kHeadDim>::whole_rows(ca) || int64_t(ca.gather_cap) >= per_cap * ctas);
   return true;
 }
 
