@@ -393,26 +393,39 @@ __global__ void __launch_bounds__(kThreads) route_cluster_kernel(RouteArgs a, Cl
   if (whole_rows) {
     for (int rho = warp; rho < rows_used; rho += kWarps) {
       float* dst = cluster.map_shared_rank(gather, rho % nctas) + (rho / nctas) * row_cap + c_begin;
-      for (int e = lane; e < n_loc; e += 32) dst[e] = scores[rho * sstride + e];
+      float m = -INFINITY;
+      for (int e = lane; e < n_loc; e += 32) {
+        const float v = scores[rho * sstride + e];
+        dst[e] = v;
+        m = fmaxf(m, v);
+      }
+#pragma unroll
+      for (int off = 16; off >= 1; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+      if (lane == 0) cluster.map_shared_rank(max_all, rho % nctas)[rank * kR + rho] = m;
     }
     cluster_barrier();
     for (int o = warp, rho = rank + warp * nctas; rho < rows_used; o += kWarps, rho += kWarps * nctas) {
       float* row = gather + o * row_cap;
       float m = -INFINITY;
-#pragma unroll 8
-      for (int c = lane; c < cmax; c += 32) m = fmaxf(m, row[c]);
-#pragma unroll
-      for (int off = 16; off >= 1; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+      for (int k = 0; k < nctas; ++k) m = fmaxf(m, max_all[k * kR + rho]);
       const float th = candidate_threshold(m);
       int n = 0;
-      for (int c0 = 0; c0 < cmax; c0 += 32) {  // in place: a block is read before any slot of it is written
-        const int c = c0 + lane;
-        const float v = c < cmax ? row[c] : -INFINITY;
-        const bool take = v > th;
-        const unsigned bal = __ballot_sync(0xffffffffu, take);
+      // In place, four blocks of 32 at a time: a block is read before any slot of it is written.
+      for (int c0 = 0; c0 < cmax; c0 += 128) {
+        float v[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int c = c0 + 32 * j + lane;
+          v[j] = c < cmax ? row[c] : -INFINITY;
+        }
         __syncwarp();
-        if (take) row[n + __popc(bal & ((1u << lane) - 1u))] = v;
-        n += __popc(bal);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const bool take = v[j] > th;
+          const unsigned bal = __ballot_sync(0xffffffffu, take);
+          if (take) row[n + __popc(bal & ((1u << lane) - 1u))] = v[j];
+          n += __popc(bal);
+        }
       }
       __syncwarp();
       if (lane == 0) {
