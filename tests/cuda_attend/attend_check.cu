@@ -434,6 +434,9 @@ std::vector<Case> conformance_cases() {
   { Case c = base; c.name = "wgmma chunk masks C16 est"; c.warps = 8; c.chunk_masks = true; c.chunk = 16; c.prior = PriorMode::kEstimateDiagonal; c.n_q = {300}; c.n_k = {330}; add(c); }
   { Case c = base; c.name = "wgmma chunk masks raw producer"; c.warps = 8; c.chunk_masks = true; c.bias_table = false; c.prior = PriorMode::kRaw; c.n_q = {300}; c.n_k = {300}; add(c); }
   { Case c = base; c.name = "wgmma chunk masks g8 f16"; c.warps = 8; c.chunk_masks = true; c.h_q = 16; c.h_kv = 2; c.dtype = c.o_dtype = DType::kF16; c.prior = PriorMode::kRaw; c.n_q = {260}; c.n_k = {260}; add(c); }
+  // The warpgroup tiling with the consumer bias: padded batch, n_q < n_k, C = 128 and varlen, partial last tiles.
+  { Case c = base; c.name = "wgmma chunk masks est lengths"; c.warps = 8; c.chunk_masks = true; c.prior = PriorMode::kEstimateDiagonal; c.n_q = {150, 333}; c.n_k = {300, 333}; c.lengths = true; add(c); }
+  { Case c = base; c.name = "wgmma chunk masks C128 varlen"; c.warps = 8; c.chunk_masks = true; c.chunk = 128; c.prior = PriorMode::kRaw; c.n_q = {90, 260}; c.n_k = {500, 260}; c.varlen = true; add(c); }
   { Case c = base; c.name = "wgmma padded o f32"; c.warps = 8; c.o_dtype = DType::kF32; c.n_q = {100, 37}; c.n_k = {100, 300}; c.lengths = true; c.bhnd = true; add(c); }
   return cs;
 }
