@@ -22,10 +22,10 @@ struct AttendConfig {
   // The producer: one warp, or with wgmma a whole warpgroup (one working warp) so that setmaxnreg can move
   // registers from it to the consumers. 12 warps cap every thread at 168 registers at launch (3 warps per SM
   // sub-partition); then the producer warpgroup drops to kProducerRegs and the consumers rise to kConsumerRegs
-  // (4 x P + 8 x C = 12 x 168). The split is per instance: the bias instance's consumers spill between their
-  // wgmma instructions below 224, the plain instance's producer spills in its copy loop below ~100. Counted from
-  // the template flag, not kWgmma, so that the host and every device pass agree on the block size (an sm_80
-  // pass idles 3 warps).
+  // (4 x P + 8 x C = 12 x 168). Per instance: below ~100 the plain instance's producer spills in its copy loop;
+  // the bias instance's per-warp (mma.sync) path needs 224 for its table reads (at 200 it spills and runs ~19 %
+  // slower on per-token masks). Counted from the template flag, not kWgmma, so that the host and every device pass
+  // agree on the block size (an sm_80 pass idles 3 warps).
   static constexpr int kProducerWarps = kWgmma_ ? 4 : 1;
   static constexpr int kProducerRegs = kConsumerBias_ ? 56 : 104;
   static constexpr int kConsumerRegs = kConsumerBias_ ? 224 : 200;

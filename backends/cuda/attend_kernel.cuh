@@ -189,6 +189,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   const int n_pairs = n_iter * per_tile;
   const bool use_table = bias_in_consumers && int64_t(n_pairs) * n_tokens_cta <= int64_t(a.bias_table_floats);
   const bool kbar_per_tile = bias_in_consumers && !use_table;
+  // The warpgroup path has no per-tile x = Q k̄^T (an mma.sync inside its wgmma pipeline would wait for the
+  // wgmma, and its registers would crowd the pipeline's): a CTA whose table does not fit computes per warp.
+  if (kbar_per_tile) use_warpgroups = false;
   const bool producer_table = bias_on && !use_table && !kbar_per_tile;
   float* sTable = reinterpret_cast<float*>(smem_raw + a.bias_table_offset);
 
@@ -688,19 +691,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       wgmma::commit();
     };
     // The per-tile bias (no table): x = Q k̄^T on mma.sync while the S of the same tile is in flight.
-    auto tile_bias_x = [&](const Tile& t) {
-      if (!kbar_per_tile) return;
-      float xb[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      bias_x(t.stage, xb, true);
-      consumer_bias(xb);
-    };
     Tile cur, nxt;
     if (acquire(cur)) {
       float s[8][4] = {};
       uint32_t pa[4][4];
       float corr_a, corr_b;
       issue_s(cur, s);
-      tile_bias_x(cur);
       wgmma::wait<0>();
       online_softmax(s, cur.it, cur.stage, cur.tile, cur.keys_a, cur.keys_b, corr_a, corr_b);
       rescale_o(corr_a, corr_b);
@@ -716,7 +712,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
         }
         issue_s(nxt, s);
         issue_pv(cur, pa);
-        tile_bias_x(nxt);
         wgmma::wait<1>();  // the S of nxt (committed first); the P V of cur may still run
         online_softmax(s, nxt.it, nxt.stage, nxt.tile, nxt.keys_a, nxt.keys_b, corr_a, corr_b);
         wgmma::wait<0>();  // P V of cur: O and cur's P registers and stage are free again
