@@ -319,6 +319,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   const int slab_row = Cfg::kTileSplit ? 0 : warp * 16;
   const RowInfo row_a = make_row(slab_row + lane / 4);
   const RowInfo row_b = make_row(slab_row + lane / 4 + 8);
+  MaskWordCache words_a, words_b;  // the rows' current mask words (the tile walk is ascending)
   // Stage 1's threshold tau of each row's head and mu of its token, constant over the tiles, parked in the
   // (then unused) producer bias tables rather than in registers: the warpgroup tiling runs at its register cap.
   float2* row_tau_mu = reinterpret_cast<float2*>(sBias) + warp * 16;
@@ -657,8 +658,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
         t.stage = t.it % kStages;
         t.tile = cursor.next(sUnion);
         // Mask reads first: their latency overlaps the wait for the tile.
-        t.keys_a = row_tile_keys(row_a.route, t.tile, a.chunk, a.log2_chunk, a.dense);
-        t.keys_b = row_tile_keys(row_b.route, t.tile, a.chunk, a.log2_chunk, a.dense);
+        t.keys_a = row_tile_keys(row_a.route, words_a, t.tile, a.chunk, a.log2_chunk, a.dense);
+        t.keys_b = row_tile_keys(row_b.route, words_b, t.tile, a.chunk, a.log2_chunk, a.dense);
         const bool need = wgmma::warpgroup_any((t.keys_a | t.keys_b) != 0ull, 1 + warp / 4);
         mma::mbar_wait(full_bar + 8u * t.stage, uint32_t((t.it / kStages) & 1));
         if (need) return true;
@@ -728,8 +729,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       const int64_t tile = cursor.next(sUnion);
       if (Cfg::kTileSplit && stage != warp) continue;  // another warp's stage
       // Mask reads first: their latency overlaps the wait for the tile.
-      const uint64_t keys_a = row_tile_keys(row_a.route, tile, a.chunk, a.log2_chunk, a.dense);
-      const uint64_t keys_b = row_tile_keys(row_b.route, tile, a.chunk, a.log2_chunk, a.dense);
+      const uint64_t keys_a = row_tile_keys(row_a.route, words_a, tile, a.chunk, a.log2_chunk, a.dense);
+      const uint64_t keys_b = row_tile_keys(row_b.route, words_b, tile, a.chunk, a.log2_chunk, a.dense);
       const bool need = __any_sync(0xffffffffu, (keys_a | keys_b) != 0ull);
       // Every warp waits for the tile, computing or not: a warp may release a stage only after the round it
       // releases was filled, which keeps exactly one arrival per warp in each phase of the empty barrier.

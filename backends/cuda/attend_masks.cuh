@@ -34,9 +34,23 @@ struct RowRouting {
   int64_t diag;              // diagonal chunk c_i = p / C
 };
 
+// The mask word a row's last tile read. Tiles come in ascending order and a word covers 32 chunks, so a row
+// loads a word once per 32 chunks instead of once per tile (that load sat on every tile's critical path).
+struct MaskWordCache {
+  int64_t index = -1;
+  uint32_t bits = 0u;
+  __device__ __forceinline__ uint32_t get(const uint32_t* row, int64_t w) {
+    if (w != index) {
+      bits = row[w];
+      index = w;
+    }
+    return bits;
+  }
+};
+
 // Attended keys of tile t for one row, as a 64-bit set (bit j = key 64t + j).
-__device__ __forceinline__ uint64_t row_tile_keys(const RowRouting& r, int64_t tile, int chunk, int log2_chunk,
-                                                  bool dense) {
+__device__ __forceinline__ uint64_t row_tile_keys(const RowRouting& r, MaskWordCache& words, int64_t tile, int chunk,
+                                                  int log2_chunk, bool dense) {
   if (r.pos < 0) return 0ull;
   const int64_t k0 = tile * kTileKeys;
   if (dense) return bit_range64(0, r.pos - k0);
@@ -44,16 +58,16 @@ __device__ __forceinline__ uint64_t row_tile_keys(const RowRouting& r, int64_t t
   if (chunk >= kTileKeys && k0 + kTileKeys <= diag_lo) {
     // Wholly before the diagonal chunk (most tiles): the chunk's mask bit alone, without the position ranges.
     const int64_t c = k0 >> log2_chunk;
-    return ((r.mask_row[c >> 5] >> (c & 31)) & 1u) ? ~0ull : 0ull;
+    return ((words.get(r.mask_row, c >> 5) >> (c & 31)) & 1u) ? ~0ull : 0ull;
   }
   uint64_t keys = bit_range64(diag_lo - k0, r.pos - k0);
   if (chunk >= kTileKeys) {
     const int64_t c = k0 >> log2_chunk;
-    if (c < r.diag && ((r.mask_row[c >> 5] >> (c & 31)) & 1u)) keys = ~0ull;
+    if (c < r.diag && ((words.get(r.mask_row, c >> 5) >> (c & 31)) & 1u)) keys = ~0ull;
   } else {
     const int per_tile = kTileKeys >> log2_chunk;  // 2 or 4 chunks, all inside one mask word
     const int64_t c0 = k0 >> log2_chunk;
-    const uint32_t word = r.mask_row[c0 >> 5] >> (c0 & 31);
+    const uint32_t word = words.get(r.mask_row, c0 >> 5) >> (c0 & 31);
     const uint64_t seg = (1ull << chunk) - 1ull;
     for (int q = 0; q < per_tile; ++q) {
       if (c0 + q < r.diag && ((word >> q) & 1u)) keys |= seg << (q * chunk);
