@@ -229,8 +229,10 @@ __device__ __forceinline__ double warp_entmax_threshold(const float* x, int n, d
   return m + t;
 }
 
+// At least three resident CTAs per multiprocessor: the register cap it implies (170) leaves ptxas room to keep
+// every instance free of spills, where a plain bound let it aim for fewer registers and spill around calls.
 template <int kHeadDim, typename T>
-__global__ void __launch_bounds__(kThreads) route_cluster_kernel(RouteArgs a, ClusterArgs ca) {
+__global__ void __launch_bounds__(kThreads, 3) route_cluster_kernel(RouteArgs a, ClusterArgs ca) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   namespace cg = cooperative_groups;
   using C = Config<kHeadDim>;
@@ -504,7 +506,8 @@ __global__ void __launch_bounds__(kThreads) route_cluster_kernel(RouteArgs a, Cl
     }
     if (lane < nctas) {
       cluster.map_shared_rank(tau_all, lane)[rho] = tau;
-      if (whole_rows) cluster.map_shared_rank(row_th, lane)[rho] = row_th[rho];
+      // This CTA's own entry is already in place: storing it again would race with the other lanes' reads.
+      if (whole_rows && lane != rank) cluster.map_shared_rank(row_th, lane)[rho] = row_th[rho];
     }
     if (lane == 0) {
       const int64_t i = rho / g;
