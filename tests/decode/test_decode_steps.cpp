@@ -116,6 +116,8 @@ ref::Problem full_problem(const Config& c, uint64_t seed) {
 }  // namespace
 
 TEST_CASE("Decoder steps equal the matching prefill rows; completed chunks' summaries are bitwise the prefill's") {
+  // o: to the last bit or so on the CPU, within the float64-reference tolerance on GPUs; lse, masks, active counts
+  // and summaries exactly everywhere.
   std::vector<std::string> unavailable;
   const std::vector<Backend*> backends = ref::available_backends(&unavailable);
   for (const std::string& line : unavailable) MESSAGE("backend unavailable, skipped (not counted): " << line);
@@ -154,6 +156,8 @@ TEST_CASE("Decoder steps equal the matching prefill rows; completed chunks' summ
 
       const int64_t words = mask_words(cfg.n, cfg.method.chunk_size), C = cfg.method.chunk_size;
       Comparison o_cmp;
+      // The prefill outputs with o replaced row by row by the steps' o, for the float64-reference check below.
+      ref::ForwardOutputs decoded = prefill.out;
       int64_t length = 0, lse_mismatch = 0, mask_mismatch = 0, active_mismatch = 0, summary_mismatch = 0;
       for (int64_t t : cfg.steps) {
         const ref::HostTensor q = slice_rows(pr.q, length, t), k = slice_rows(pr.k, length, t),
@@ -175,6 +179,12 @@ TEST_CASE("Decoder steps equal the matching prefill rows; completed chunks' summ
         ref::download(*be, da, active);
 
         compare_o(prefill.out.o.view, o.view, length, cfg.dtype, &o_cmp);
+        const int64_t es_o = dtype_size(cfg.dtype);
+        for (int64_t b = 0; b < 2; ++b)
+          for (int64_t i = 0; i < t; ++i)
+            for (int64_t h = 0; h < cfg.h_q; ++h)
+              std::memcpy(decoded.o.bytes.data() + decoded.o.view.offset(b, length + i, h, 0) * es_o,
+                          o.bytes.data() + o.view.offset(b, i, h, 0) * es_o, static_cast<size_t>(cfg.d * es_o));
         for (int64_t b = 0; b < 2; ++b) {
           for (int64_t i = 0; i < t; ++i) {
             for (int64_t h = 0; h < cfg.h_q; ++h) {
@@ -212,7 +222,16 @@ TEST_CASE("Decoder steps equal the matching prefill rows; completed chunks' summ
       }
       MESSAGE(name << " n " << cfg.n << ": decode o vs prefill worst " << o_cmp.worst_ulps << " ulp, "
                    << o_cmp.not_bitwise << " of " << o_cmp.elements << " elements not bitwise equal");
-      CHECK(o_cmp.disagree == 0);
+      if (be->device_type() == DeviceType::kCpu) {
+        // One kernel order for both: a step's o is its prefill row's to the last bit or so.
+        CHECK(o_cmp.disagree == 0);
+      } else {
+        // The GPU decode splits a row's tiles over warps and CTAs and merges their softmax states, so P is
+        // rounded to the input precision against other running maxima than in the prefill: the decoded rows
+        // must pass the same float64-reference check as the prefill (routing outputs stay exact, below).
+        const ref::CheckReport drep = ref::check_forward(pr, cfg.method, decoded);
+        CHECK_MESSAGE(drep.pass(), "decoded rows: " << drep.summary());
+      }
       CHECK(lse_mismatch == 0);
       CHECK(mask_mismatch == 0);
       CHECK(active_mismatch == 0);
