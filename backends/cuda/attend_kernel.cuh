@@ -433,6 +433,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     for (int kk = 0; kk < Cfg::kKSteps; ++kk)
       mma::ldmatrix_x4(q_frag[kk], sQ_addr + q_off[kk % 4] + kQBlockBytes * (kk / 4));
   }
+  // The A fragment of k-step kk of this warp's 16 Q rows: held in registers at d <= 64, else read from Q.
+  auto q_fragment = [&](int kk, uint32_t (&qa)[4]) {
+    if constexpr (Cfg::kQInRegisters) {
+      qa[0] = q_frag[kk][0]; qa[1] = q_frag[kk][1]; qa[2] = q_frag[kk][2]; qa[3] = q_frag[kk][3];
+    } else {
+      mma::ldmatrix_x4(qa, sQ_addr + q_off[kk % 4] + kQBlockBytes * (kk / 4));
+    }
+  };
   const int t4 = lane % 4;
 
   if (use_table) {
@@ -482,11 +490,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 #pragma unroll
       for (int kk = 0; kk < Cfg::kKSteps; ++kk) {
         uint32_t qa[4];
-        if constexpr (Cfg::kQInRegisters) {
-          qa[0] = q_frag[kk][0]; qa[1] = q_frag[kk][1]; qa[2] = q_frag[kk][2]; qa[3] = q_frag[kk][3];
-        } else {
-          mma::ldmatrix_x4(qa, sQ_addr + q_off[kk % 4] + kQBlockBytes * (kk / 4));
-        }
+        q_fragment(kk, qa);
         mma::mma_16816<Element>(x, qa, kbf[kk][0], kbf[kk][1]);
       }
       float ba0, ba1, bb0, bb1;
@@ -510,17 +514,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   }
 
   // One k-step of x += Q k̄^T for the per-tile bias; an ldmatrix of the stage's k̄ buffer covers two k-steps.
-  auto bias_x = [&](int stage, float (&xb)[4], bool q_from_smem) {
+  auto bias_x = [&](int stage, float (&xb)[4]) {
     const uint32_t kbar_addr = sKbar_addr + uint32_t(stage) * Cfg::kKbarStageBytes;
     uint32_t kb[4];
 #pragma unroll
     for (int kk = 0; kk < Cfg::kKSteps; ++kk) {
       uint32_t qa[4];
-      if (Cfg::kQInRegisters && !q_from_smem) {
-        qa[0] = q_frag[kk][0]; qa[1] = q_frag[kk][1]; qa[2] = q_frag[kk][2]; qa[3] = q_frag[kk][3];
-      } else {
-        mma::ldmatrix_x4(qa, sQ_addr + q_off[kk % 4] + kQBlockBytes * (kk / 4));
-      }
+      q_fragment(kk, qa);
       if (kk % 2 == 0) mma::ldmatrix_x4(kb, kbar_addr + uint32_t(kk) * 32u);
       mma::mma_16816<Element>(xb, qa, kb[2 * (kk % 2)], kb[2 * (kk % 2) + 1]);
     }
@@ -743,15 +743,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
         float s[8][4];
 #pragma unroll
         for (int i = 0; i < 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
-        if (kbar_per_tile) bias_x(stage, xb, false);
+        if (kbar_per_tile) bias_x(stage, xb);
 #pragma unroll
         for (int kk = 0; kk < Cfg::kKSteps; ++kk) {
           uint32_t qa[4];
-          if constexpr (Cfg::kQInRegisters) {
-            qa[0] = q_frag[kk][0]; qa[1] = q_frag[kk][1]; qa[2] = q_frag[kk][2]; qa[3] = q_frag[kk][3];
-          } else {
-            mma::ldmatrix_x4(qa, sQ_addr + q_off[kk % 4] + kQBlockBytes * (kk / 4));
-          }
+          q_fragment(kk, qa);
 #pragma unroll
           for (int np = 0; np < 4; ++np) {
             uint32_t b[4];
