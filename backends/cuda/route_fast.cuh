@@ -100,8 +100,32 @@ __device__ __forceinline__ int compact_column(float* vals, uint16_t* ids, int li
 // element (extra candidates are harmless: the solver and the emit ignore x ≤ τ).
 __device__ __forceinline__ float candidate_threshold(float m) { return m - 1.0f - 1e-4f * fmaxf(1.0f, fabsf(m)); }
 
+#ifdef DASHATTN_ROUTE_PHASE_CLOCKS
+// Profiling build only (-DDASHATTN_ROUTE_PHASE_CLOCKS): cycles per phase summed over blocks (thread 0's clock
+// after each phase's barrier); the first launch to finish prints them.
+__device__ unsigned long long g_route_phase_cycles[8];
+__device__ unsigned int g_route_phase_blocks;
+__device__ unsigned int g_route_phase_printed;
+#define DASHATTN_PHASE_MARK(i)                                                 \
+  do {                                                                         \
+    __syncthreads();                                                           \
+    if (threadIdx.x == 0) {                                                    \
+      const long long now_ = clock64();                                        \
+      atomicAdd(&g_route_phase_cycles[i], (unsigned long long)(now_ - phase_t_)); \
+      phase_t_ = now_;                                                         \
+    }                                                                          \
+  } while (0)
+#else
+#define DASHATTN_PHASE_MARK(i) \
+  do {                         \
+  } while (0)
+#endif
+
 template <int kHeadDim, typename T>
 __global__ void __launch_bounds__(kThreads, 1) route_fast_kernel(RouteArgs a) {
+#ifdef DASHATTN_ROUTE_PHASE_CLOCKS
+  long long phase_t_ = clock64();
+#endif
   using C = Config<kHeadDim>;
   using S = FastSmem<kHeadDim>;
   constexpr int kRows = C::kRows, kMT = C::kMTiles, kKS = C::kKSteps;
@@ -175,6 +199,7 @@ __global__ void __launch_bounds__(kThreads, 1) route_fast_kernel(RouteArgs a) {
     for (int ks = 0; ks < kKS; ++ks) ldmatrix_x4(qf[mt][ks], arow + ks * 16);
   }
   __syncthreads();  // the tile buffers are free again
+  DASHATTN_PHASE_MARK(0);  // setup, Q
   int lim[kMT][2];
   bool mt_active[kMT];
 #pragma unroll
@@ -317,6 +342,7 @@ __global__ void __launch_bounds__(kThreads, 1) route_fast_kernel(RouteArgs a) {
     overflow = __syncthreads_or(row_overflow);
   }
   cp_async_wait(0);
+  DASHATTN_PHASE_MARK(1);  // the sweep
 
   if (overflow) {
     // The multi-pass kernel redoes this block; the mark goes to every row so that the first one carries it.
@@ -361,6 +387,7 @@ __global__ void __launch_bounds__(kThreads, 1) route_fast_kernel(RouteArgs a) {
   }
   __syncthreads();
 
+  DASHATTN_PHASE_MARK(2);  // lists trimmed
   // ---- Exact τ per row from its list (segments in warp order for a split block) ----
   for (int rho = tid; rho < rows_used; rho += kThreads) {
     float tau = NAN;
@@ -379,6 +406,7 @@ __global__ void __launch_bounds__(kThreads, 1) route_fast_kernel(RouteArgs a) {
   }
   __syncthreads();
 
+  DASHATTN_PHASE_MARK(3);  // τ solved
   // ---- Emit: one warp per token, driven by the candidates (only they can carry weight) ----
   // Per token, the idle tile buffers hold the group weights of a window of chunks plus that window's mask words;
   // only the entries of candidate chunks are ever touched.
@@ -468,6 +496,18 @@ __global__ void __launch_bounds__(kThreads, 1) route_fast_kernel(RouteArgs a) {
     const int64_t i = tok0 + rho / g;
     *a.tau.ptr<float>(sp.batch_index, int64_t(r) * g + rho % g, sp.q_begin + i) = i < sp.n_q ? row_tau[rho] : NAN;
   }
+#ifdef DASHATTN_ROUTE_PHASE_CLOCKS
+  DASHATTN_PHASE_MARK(4);  // emit
+  if (threadIdx.x == 0) {
+    __threadfence();
+    const unsigned int done = atomicAdd(&g_route_phase_blocks, 1u) + 1u;
+    if (done == gridDim.x * gridDim.y * gridDim.z && atomicExch(&g_route_phase_printed, 1u) == 0u) {
+      printf("route_fast phases (cycles summed over %u blocks): setup %llu sweep %llu trim %llu solve %llu emit %llu\n",
+             done, g_route_phase_cycles[0], g_route_phase_cycles[1], g_route_phase_cycles[2], g_route_phase_cycles[3],
+             g_route_phase_cycles[4]);
+    }
+  }
+#endif
 }
 
 }  // namespace route_detail
