@@ -122,7 +122,7 @@ __device__ unsigned int g_route_phase_printed;
 #endif
 
 template <int kHeadDim, typename T>
-__global__ void __launch_bounds__(kThreads, 1) route_fast_kernel(RouteArgs a) {
+__global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
 #ifdef DASHATTN_ROUTE_PHASE_CLOCKS
   long long phase_t_ = clock64();
 #endif
@@ -246,14 +246,11 @@ __global__ void __launch_bounds__(kThreads, 1) route_fast_kernel(RouteArgs a) {
     if (tl + stages - 1 < ntiles) load_tile(tl + stages - 1);
     cp_async_commit();
     const uint16_t* tile = stage_buf + size_t(tl % stages) * (S::kStageBytes / 2);
-#pragma unroll 1
-    for (int sub = split ? warp : 0; sub < kSubTiles; sub += split ? kSubTiles : 1) {
-      const int c0 = tl * kStageChunks + sub * kSubChunks;
-      if (c0 >= cmax) break;
-      const uint16_t* brow =
-          tile + (sub * kSubChunks + ((lane >> 4) << 3) + (lane & 7)) * C::kTileStride + ((lane >> 3) & 1) * 8;
-      float acc[kMT][2][4];
-      score_subtile<T>(acc, qf, mt_active, brow);
+    auto brow_of = [&](int sub) {
+      return tile + (sub * kSubChunks + ((lane >> 4) << 3) + (lane & 7)) * C::kTileStride + ((lane >> 3) & 1) * 8;
+    };
+    // The running maxima and candidate lists of one scored sub-tile (chunks c0 .. c0 + 15), in chunk order.
+    auto sweep_epilogue = [&](float (&acc)[kMT][2][4], int c0) {
       // Element (mt, n, i): row half h = i / 2, chunk c0 + n·8 + 2·quad + (i & 1).
       float lm[kMT][2];
       bool rise = false;
@@ -332,6 +329,27 @@ __global__ void __launch_bounds__(kThreads, 1) route_fast_kernel(RouteArgs a) {
               }
             cnt[mt][h] += add;
           }
+      }
+    };
+    if (split) {
+      const int c0 = tl * kStageChunks + warp * kSubChunks;
+      if (c0 < cmax) {
+        float acc[kMT][2][4];
+        score_subtile<T>(acc, qf, mt_active, brow_of(warp));
+        sweep_epilogue(acc, c0);
+      }
+    } else {
+      // Two sub-tiles scored before either epilogue: their MMA chains overlap (the epilogues still run in chunk
+      // order). Past cmax the tile buffer holds zeros, so the second score is always safe to compute.
+#pragma unroll 1
+      for (int sub = 0; sub < kSubTiles; sub += 2) {
+        const int c0 = tl * kStageChunks + sub * kSubChunks;
+        if (c0 >= cmax) break;
+        float acc0[kMT][2][4], acc1[kMT][2][4];
+        score_subtile<T>(acc0, qf, mt_active, brow_of(sub));
+        score_subtile<T>(acc1, qf, mt_active, brow_of(sub + 1));
+        sweep_epilogue(acc0, c0);
+        if (c0 + kSubChunks < cmax) sweep_epilogue(acc1, c0 + kSubChunks);
       }
     }
     int row_overflow = 0;
