@@ -31,7 +31,8 @@ struct AttendArgs {
   float alpha = 1.5f, gamma = 1.0f, inv_sigma = 0.0f;
   // Bias computed by the consumer warps (g divides 16): a per-CTA table of bias_table_floats floats at byte
   // bias_table_offset of the aligned shared memory, filled before the main loop when the CTA's (tile, chunk,
-  // token) entries fit; otherwise per tile. allow_bias_table = false forces the per-tile path (tests, timings).
+  // token) entries fit; otherwise per tile (on the per-warp path). allow_bias_table = false forces the per-tile
+  // path (tests, timings).
   bool allow_bias_table = true;
   int bias_table_floats = 0;
   uint32_t bias_table_offset = 0;

@@ -67,7 +67,7 @@ struct Case {
   bool chunk_masks = false;  // all queries of a chunk share the routing draw (the locality real routing has)
   int warps = 0;   // 0: the planner's choice
   int splits = 0;  // 0: the planner's choice
-  bool bias_table = true;  // false: the consumer bias per tile (mma.sync tilings) or by the producer (wgmma)
+  bool bias_table = true;  // false: the consumer bias per tile (the warpgroup tiling then runs per warp)
 };
 
 // Host copy of a 16-bit or f32 tensor with its element strides.
