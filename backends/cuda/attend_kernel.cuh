@@ -6,10 +6,11 @@
 // token's 16 heads (M = the GQA group), g < 16 packs several tokens into a warp and g > 16 splits a token over
 // warps. Every row keeps its own mask, so any g works.
 //
-// Union tiling. The CTA ORs the 64-key tile sets of its tokens into a shared-memory bitset; a producer warp walks
-// it ascending and streams each K/V tile once into a ring of kStages buffers. On sm_90 one lane issues tensor
-// copies (one 64 x 64 box per 128 columns of K and of V, 128-byte swizzle) that complete as transactions on the
-// stage's "full" mbarrier; elsewhere, and for the last partial tile of a sequence, the warp copies with cp.async.
+// Union tiling. The CTA ORs the 64-key tile sets of its tokens into a shared-memory bitset; a producer warp
+// (attend_producer.cuh) walks it ascending and streams each K/V tile once into a ring of kStages buffers. On sm_90
+// one lane issues tensor copies (one 64 x 64 box per 128 columns of K and of V, 128-byte swizzle) that complete as
+// transactions on the stage's "full" mbarrier; elsewhere, and for the last partial tile of a sequence, the warp
+// copies with cp.async.
 // A single warp issuing 16-byte cp.async copies was the limit of this kernel (about 2 us per 32 KB tile on an
 // H200, dense and sparse alike); the tensor copy takes that work off the warp.
 //
@@ -39,6 +40,7 @@
 #include "attend_combine.cuh"
 #include "attend_config.cuh"
 #include "attend_masks.cuh"
+#include "attend_producer.cuh"
 #include "attend_wgmma.cuh"
 #include "mma_tiles.cuh"
 
@@ -202,95 +204,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       wgmma::setmaxnreg_dec<Cfg::kProducerRegs>();
       if (warp > Cfg::kWarps) return;  // the producer warpgroup's idle warps
     }
-    // Producer: stream the K/V tiles into the ring, then the stage's bias table. Each of the 32 lanes arrives on
-    // the stage's full barrier once its part is written; the copies hold the phase open until they land (as
-    // transactions of the tensor copies, or through cp.async's deferred arrival).
-    constexpr int kRowsPerPass = 32 / Cfg::kRowPieces > 0 ? 32 / Cfg::kRowPieces : 1;
-    constexpr int kLanesPerRow = Cfg::kRowPieces < 32 ? Cfg::kRowPieces : 32;
-    const int lane_row = lane / kLanesPerRow;
-    const int lane_piece = lane % kLanesPerRow;
-    const Element* kbase = static_cast<const Element*>(a.k.data) + a.k.offset(sp.batch_index, sp.k_begin, kv_head);
-    const Element* vbase = static_cast<const Element*>(a.v.data) + a.v.offset(sp.batch_index, sp.k_begin, kv_head);
-    const int64_t k_row_stride = a.k.stride[1], v_row_stride = a.v.stride[1];
     const int n_tokens = any_rows ? int(last_token - first_token + 1) : 0;
-    for (int it = 0; it < n_iter; ++it) {
-      const int stage = it % kStages;
-      const uint32_t fb = full_bar + 8u * stage;
-      if (it >= kStages) mma::mbar_wait(empty_bar + 8u * stage, uint32_t((it / kStages - 1) & 1));
-      const int64_t tile = cursor.next(sUnion);
-      Element* sK = sRing + size_t(stage) * 2 * Cfg::kTileElems;
-      Element* sV = sK + Cfg::kTileElems;
-      bool arrived = false;
-      if (kbar_per_tile) {
-        // k̄ of the tile's chunks (only complete chunks have one; the rest read as zeros and are never routed).
-        const int64_t c0 = (tile * kTileKeys) >> a.log2_chunk;
-        const int64_t n_complete = sp.n_k >> a.log2_chunk;
-        const Element* summ = static_cast<const Element*>(a.summaries.data);
-        Element* dst = reinterpret_cast<Element*>(sKbar + size_t(stage) * Cfg::kKbarStageBytes);
-        for (int task = lane; task < per_tile * Cfg::kRowPieces; task += 32) {
-          const int qd = task / Cfg::kRowPieces, piece = task % Cfg::kRowPieces;
-          const bool ok = c0 + qd < n_complete;
-          const Element* src = ok ? summ + a.summaries.offset(seq, c0 + qd, kv_head) + piece * 8 : summ;
-          mma::cp_async_16(dst + qd * Cfg::kKbarRowElems + piece * 8, src, ok ? 16 : 0);
-        }
-      }
-      bool copied = false;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-      // Whole tiles by tensor copy; the last partial tile of a sequence by cp.async, which zero-fills the rows
-      // past the end (the tensor map's bounds are the tensor's, not the sequence's).
-      if (a.use_tma && (tile + 1) * kTileKeys <= sp.n_k) {
-        if (lane == 0) {
-          mma::mbar_expect_tx(fb, 2u * Cfg::kTileBytes);
-          const int row = int(sp.k_begin + tile * kTileKeys);
-          const uint32_t dk = mma::smem_addr(sK), dv = mma::smem_addr(sV);
-#pragma unroll
-          for (int cb = 0; cb < Cfg::kColBlocks; ++cb) {
-            mma::tma_load_4d(dk + cb * Cfg::kBlockBytes, &tmap_k, fb, cb * 64, row, kv_head, int(sp.batch_index));
-            mma::tma_load_4d(dv + cb * Cfg::kBlockBytes, &tmap_v, fb, cb * 64, row, kv_head, int(sp.batch_index));
-          }
-        }
-        copied = true;
-      }
-#endif
-      if (!copied) {
-#pragma unroll 4
-        for (int r = lane_row; r < kTileKeys; r += kRowsPerPass) {
-          const int64_t key = tile * kTileKeys + r;
-          const bool ok = key < sp.n_k;
-#pragma unroll
-          for (int piece = lane_piece; piece < Cfg::kRowPieces; piece += kLanesPerRow) {
-            const int dst = kv_swz<D>(r, piece * 8);
-            mma::cp_async_16(sK + dst, ok ? kbase + key * k_row_stride + piece * 8 : kbase, ok ? 16 : 0);
-            mma::cp_async_16(sV + dst, ok ? vbase + key * v_row_stride + piece * 8 : vbase, ok ? 16 : 0);
-          }
-        }
-        if constexpr (Cfg::kWgmma) {
-          // The tensor cores read the tile through the async proxy: the copies must have landed and been fenced
-          // before the arrival (only the last partial tile of a sequence, or launches without tensor maps).
-          mma::cp_async_commit();
-          mma::cp_async_wait<0>();
-          wgmma::fence_proxy_async();
-        } else if (!producer_table) {
-          // This lane's one arrival of the phase, once its copies have landed.
-          mma::cp_async_mbar_arrive(fb);
-          arrived = true;
-        } else {
-          // The producer's bias table follows: the lane arrives once, after both (odd groups with a prior only).
-          mma::cp_async_commit();
-          mma::cp_async_wait<0>();
-        }
-      }
-      if (kbar_per_tile && copied) {
-        mma::cp_async_mbar_arrive(fb);  // the k̄ copies: this lane's one arrival, once they have landed
-        arrived = true;
-      }
-      if (producer_table)
-        fill_stage_bias<Cfg>(a, sp, seq, kv_head, first_token, n_tokens, tile * kTileKeys,
-                             sBias + size_t(stage) * Cfg::kRows * 4, sBias + size_t(kStages) * Cfg::kRows * 4, lane);
-      // One arrival per lane and phase (a second one by the same thread is what synccheck reports).
-      if (!arrived) mma::mbar_arrive(fb);
-    }
-    mma::cp_async_wait<0>();
+    attend_produce<Cfg>(a, sp, seq, kv_head, lane, cursor, n_iter, first_token, n_tokens, per_tile, kbar_per_tile,
+                        producer_table, full_bar, empty_bar, sRing, sKbar, sBias, sUnion, tmap_k, tmap_v);
     return;
   }
 

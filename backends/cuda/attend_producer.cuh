@@ -1,0 +1,119 @@
+// The Stage-2 kernel's producer warp (see attend_kernel.cuh for the design): streams the union's K/V tiles into
+// the ring, with the k̄ rows of the per-tile bias or the producer's bias tables where the launch asks for them.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "attend_args.cuh"
+#include "attend_bias.cuh"
+#include "attend_config.cuh"
+#include "mma_tiles.cuh"
+
+namespace dashattn::cuda {
+
+// Walks tiles of rank tile_start.. (cursor) for n_iter steps; kbar_per_tile / producer_table say which bias data
+// the consumers expect with each tile. One arrival per lane and phase on the stage's full barrier.
+template <class Cfg>
+__device__ __forceinline__ void attend_produce(const AttendArgs& a, const SequenceSpan& sp, int seq, int kv_head,
+                                               int lane, TileCursor cursor, int n_iter, int64_t first_token,
+                                               int n_tokens, int per_tile, bool kbar_per_tile, bool producer_table,
+                                               uint32_t full_bar, uint32_t empty_bar,
+                                               typename Cfg::Element* sRing, unsigned char* sKbar, float* sBias,
+                                               const uint32_t* sUnion, const CUtensorMap& tmap_k,
+                                               const CUtensorMap& tmap_v) {
+  using Element = typename Cfg::Element;
+  constexpr int D = Cfg::kHeadDim;
+  constexpr int kStages = Cfg::kStages;
+  // Producer: stream the K/V tiles into the ring, then the stage's bias table. Each of the 32 lanes arrives on
+  // the stage's full barrier once its part is written; the copies hold the phase open until they land (as
+  // transactions of the tensor copies, or through cp.async's deferred arrival).
+  constexpr int kRowsPerPass = 32 / Cfg::kRowPieces > 0 ? 32 / Cfg::kRowPieces : 1;
+  constexpr int kLanesPerRow = Cfg::kRowPieces < 32 ? Cfg::kRowPieces : 32;
+  const int lane_row = lane / kLanesPerRow;
+  const int lane_piece = lane % kLanesPerRow;
+  const Element* kbase = static_cast<const Element*>(a.k.data) + a.k.offset(sp.batch_index, sp.k_begin, kv_head);
+  const Element* vbase = static_cast<const Element*>(a.v.data) + a.v.offset(sp.batch_index, sp.k_begin, kv_head);
+  const int64_t k_row_stride = a.k.stride[1], v_row_stride = a.v.stride[1];
+  for (int it = 0; it < n_iter; ++it) {
+    const int stage = it % kStages;
+    const uint32_t fb = full_bar + 8u * stage;
+    if (it >= kStages) mma::mbar_wait(empty_bar + 8u * stage, uint32_t((it / kStages - 1) & 1));
+    const int64_t tile = cursor.next(sUnion);
+    Element* sK = sRing + size_t(stage) * 2 * Cfg::kTileElems;
+    Element* sV = sK + Cfg::kTileElems;
+    bool arrived = false;
+    if (kbar_per_tile) {
+      // k̄ of the tile's chunks (only complete chunks have one; the rest read as zeros and are never routed).
+      const int64_t c0 = (tile * kTileKeys) >> a.log2_chunk;
+      const int64_t n_complete = sp.n_k >> a.log2_chunk;
+      const Element* summ = static_cast<const Element*>(a.summaries.data);
+      Element* dst = reinterpret_cast<Element*>(sKbar + size_t(stage) * Cfg::kKbarStageBytes);
+      for (int task = lane; task < per_tile * Cfg::kRowPieces; task += 32) {
+        const int qd = task / Cfg::kRowPieces, piece = task % Cfg::kRowPieces;
+        const bool ok = c0 + qd < n_complete;
+        const Element* src = ok ? summ + a.summaries.offset(seq, c0 + qd, kv_head) + piece * 8 : summ;
+        mma::cp_async_16(dst + qd * Cfg::kKbarRowElems + piece * 8, src, ok ? 16 : 0);
+      }
+    }
+    bool copied = false;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    // Whole tiles by tensor copy; the last partial tile of a sequence by cp.async, which zero-fills the rows
+    // past the end (the tensor map's bounds are the tensor's, not the sequence's).
+    if (a.use_tma && (tile + 1) * kTileKeys <= sp.n_k) {
+      if (lane == 0) {
+        mma::mbar_expect_tx(fb, 2u * Cfg::kTileBytes);
+        const int row = int(sp.k_begin + tile * kTileKeys);
+        const uint32_t dk = mma::smem_addr(sK), dv = mma::smem_addr(sV);
+#pragma unroll
+        for (int cb = 0; cb < Cfg::kColBlocks; ++cb) {
+          mma::tma_load_4d(dk + cb * Cfg::kBlockBytes, &tmap_k, fb, cb * 64, row, kv_head, int(sp.batch_index));
+          mma::tma_load_4d(dv + cb * Cfg::kBlockBytes, &tmap_v, fb, cb * 64, row, kv_head, int(sp.batch_index));
+        }
+      }
+      copied = true;
+    }
+#endif
+    if (!copied) {
+#pragma unroll 4
+      for (int r = lane_row; r < kTileKeys; r += kRowsPerPass) {
+        const int64_t key = tile * kTileKeys + r;
+        const bool ok = key < sp.n_k;
+#pragma unroll
+        for (int piece = lane_piece; piece < Cfg::kRowPieces; piece += kLanesPerRow) {
+          const int dst = kv_swz<D>(r, piece * 8);
+          mma::cp_async_16(sK + dst, ok ? kbase + key * k_row_stride + piece * 8 : kbase, ok ? 16 : 0);
+          mma::cp_async_16(sV + dst, ok ? vbase + key * v_row_stride + piece * 8 : vbase, ok ? 16 : 0);
+        }
+      }
+      if constexpr (Cfg::kWgmma) {
+        // The tensor cores read the tile through the async proxy: the copies must have landed and been fenced
+        // before the arrival (only the last partial tile of a sequence, or launches without tensor maps).
+        mma::cp_async_commit();
+        mma::cp_async_wait<0>();
+        wgmma::fence_proxy_async();
+      } else if (!producer_table) {
+        // This lane's one arrival of the phase, once its copies have landed.
+        mma::cp_async_mbar_arrive(fb);
+        arrived = true;
+      } else {
+        // The producer's bias table follows: the lane arrives once, after both (odd groups with a prior only).
+        mma::cp_async_commit();
+        mma::cp_async_wait<0>();
+      }
+    }
+    if (kbar_per_tile && copied) {
+      mma::cp_async_mbar_arrive(fb);  // the k̄ copies: this lane's one arrival, once they have landed
+      arrived = true;
+    }
+    if (producer_table)
+      fill_stage_bias<Cfg>(a, sp, seq, kv_head, first_token, n_tokens, tile * kTileKeys,
+                           sBias + size_t(stage) * Cfg::kRows * 4, sBias + size_t(kStages) * Cfg::kRows * 4, lane);
+    // One arrival per lane and phase (a second one by the same thread is what synccheck reports).
+    if (!arrived) mma::mbar_arrive(fb);
+  }
+  mma::cp_async_wait<0>();
+}
+
+}  // namespace dashattn::cuda
