@@ -706,45 +706,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   l_b += __shfl_xor_sync(0xffffffffu, l_b, 1);
   l_b += __shfl_xor_sync(0xffffffffu, l_b, 2);
   if constexpr (Cfg::kTileSplit) {
-    // Merge the warps' states in warp order (fixed, so results are reproducible) through the K/V ring, which
-    // every tile has left once all consumers pass the barrier. Per lane: its O fragments, then m and l.
-    constexpr int kPerLane = Cfg::kONTiles * 4 + 4;
-    float* park = reinterpret_cast<float*>(sRing) + size_t(warp) * 32 * kPerLane;
-    static_assert(size_t(Cfg::kWarps) * 32 * kPerLane * sizeof(float) <= Cfg::kRingBytes, "merge fits the ring");
-    consumers_sync();
-    if (warp > 0) {
-#pragma unroll
-      for (int i = 0; i < Cfg::kONTiles; ++i)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) park[(i * 4 + e) * 32 + lane] = acc_o[i][e];
-      park[(Cfg::kONTiles * 4 + 0) * 32 + lane] = m_a;
-      park[(Cfg::kONTiles * 4 + 1) * 32 + lane] = m_b;
-      park[(Cfg::kONTiles * 4 + 2) * 32 + lane] = l_a;
-      park[(Cfg::kONTiles * 4 + 3) * 32 + lane] = l_b;
-    }
-    consumers_sync();
-    if (warp > 0) return;
-    for (int w = 1; w < Cfg::kWarps; ++w) {
-      const float* src = reinterpret_cast<const float*>(sRing) + size_t(w) * 32 * kPerLane;
-      const float mw_a = src[(Cfg::kONTiles * 4 + 0) * 32 + lane], mw_b = src[(Cfg::kONTiles * 4 + 1) * 32 + lane];
-      const float lw_a = src[(Cfg::kONTiles * 4 + 2) * 32 + lane], lw_b = src[(Cfg::kONTiles * 4 + 3) * 32 + lane];
-      const float mn_a = fmaxf(m_a, mw_a), mn_b = fmaxf(m_b, mw_b);
-      // A state that has seen no key has m = -inf and contributes exp2(-inf) = 0 (both: 0 and 0).
-      const float use_a = mn_a == -INFINITY ? 0.0f : mn_a, use_b = mn_b == -INFINITY ? 0.0f : mn_b;
-      const float f_a = mma::exp2_approx(m_a - use_a), fw_a = mma::exp2_approx(mw_a - use_a);
-      const float f_b = mma::exp2_approx(m_b - use_b), fw_b = mma::exp2_approx(mw_b - use_b);
-#pragma unroll
-      for (int i = 0; i < Cfg::kONTiles; ++i) {
-        acc_o[i][0] = acc_o[i][0] * f_a + src[(i * 4 + 0) * 32 + lane] * fw_a;
-        acc_o[i][1] = acc_o[i][1] * f_a + src[(i * 4 + 1) * 32 + lane] * fw_a;
-        acc_o[i][2] = acc_o[i][2] * f_b + src[(i * 4 + 2) * 32 + lane] * fw_b;
-        acc_o[i][3] = acc_o[i][3] * f_b + src[(i * 4 + 3) * 32 + lane] * fw_b;
-      }
-      l_a = l_a * f_a + lw_a * fw_a;
-      l_b = l_b * f_b + lw_b * fw_b;
-      m_a = mn_a;
-      m_b = mn_b;
-    }
+    // Warp 0 merges every warp's state (warp order) and writes the rows; the others are done.
+    if (!merge_warp_states<Cfg>(acc_o, m_a, m_b, l_a, l_b, reinterpret_cast<float*>(sRing), warp, lane)) return;
   }
   const float inv_a = l_a > 0.0f ? 1.0f / l_a : 0.0f;
   const float inv_b = l_b > 0.0f ? 1.0f / l_b : 0.0f;
