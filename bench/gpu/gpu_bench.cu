@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "attend_launch.cuh"
+#include "bench_device.cuh"
 #include "dashattn/dashattn.h"
 #include "dashattn/synthetic.h"
 
@@ -27,14 +28,6 @@ namespace {
 
 using namespace dashattn;
 
-#define CK(x)                                                                                  \
-  do {                                                                                         \
-    cudaError_t e_ = (x);                                                                      \
-    if (e_ != cudaSuccess) {                                                                   \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                            \
-    }                                                                                          \
-  } while (0)
 
 struct Options {
   std::vector<int64_t> sizes{16384, 32768, 65536};
@@ -58,26 +51,7 @@ TensorView view(void* p, DType t, std::initializer_list<int64_t> shape) {
   return make_view(p, t, shape, Device{DeviceType::kCuda, 0});
 }
 
-// Pseudo-normal bf16 fill on the device (sum of four hashed uniforms, variance-matched), never zeros.
-__device__ uint32_t mix(uint64_t x) {
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdull;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ull;
-  x ^= x >> 33;
-  return static_cast<uint32_t>(x);
-}
-__global__ void fill_normal_bf16(__nv_bfloat16* out, int64_t n, uint64_t seed, float stddev) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    float s = 0.f;
-    for (int j = 0; j < 4; ++j) s += mix(seed * 0x9e3779b97f4a7c15ull + uint64_t(i) * 4 + j) * 2.3283064e-10f;
-    out[i] = __float2bfloat16((s - 2.0f) * 1.7320508f * stddev);
-  }
-}
-void fill(void* p, int64_t n, uint64_t seed, float stddev) {
-  fill_normal_bf16<<<1024, 256>>>(static_cast<__nv_bfloat16*>(p), n, seed, stddev);
-  CK(cudaGetLastError());
-}
+using bench_device::fill;
 
 // Median time (ms) of one replay of the graph captured from body.
 double time_ms(cudaStream_t st, int reps, const std::function<void(cudaStream_t)>& body) {

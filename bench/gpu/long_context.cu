@@ -10,38 +10,12 @@
 #include <cstdlib>
 #include <vector>
 
+#include "bench_device.cuh"
 #include "dashattn/dashattn.h"
 
 using namespace dashattn;
 
 namespace {
-
-#define CK(x)                                                                                       \
-  do {                                                                                              \
-    cudaError_t e_ = (x);                                                                           \
-    if (e_ != cudaSuccess) {                                                                        \
-      std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_));              \
-      std::exit(1);                                                                                 \
-    }                                                                                               \
-  } while (0)
-
-__device__ uint32_t mix(uint64_t x) {
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdull;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ull;
-  x ^= x >> 33;
-  return static_cast<uint32_t>(x);
-}
-
-// Pseudo-normal values (sum of four hashed uniforms), never zeros.
-__global__ void fill_normal(__nv_bfloat16* out, int64_t n, uint64_t seed, float stddev) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    float s = 0.f;
-    for (int j = 0; j < 4; ++j) s += mix(seed * 0x9e3779b97f4a7c15ull + uint64_t(i) * 4 + j) * 2.3283064e-10f;
-    out[i] = __float2bfloat16((s - 2.0f) * 1.7320508f * stddev);
-  }
-}
 
 __global__ void count_nonfinite(const __nv_bfloat16* x, int64_t n, unsigned long long* bad) {
   unsigned long long local = 0;
@@ -75,10 +49,10 @@ int main(int argc, char** argv) {
   auto* o = static_cast<__nv_bfloat16*>(device_alloc(q_elems * 2));
   auto* sq = static_cast<__nv_bfloat16*>(device_alloc(size_t(h_kv * d) * 2));
   // Queries scaled so routing scores spread over several units, as a trained model's do (sparse routing).
-  fill_normal<<<2048, 256>>>(q, int64_t(q_elems), 1, 16.0f);
-  fill_normal<<<2048, 256>>>(k, int64_t(kv_elems), 2, 1.0f);
-  fill_normal<<<2048, 256>>>(v, int64_t(kv_elems), 3, 1.0f);
-  fill_normal<<<8, 256>>>(sq, h_kv * d, 4, 0.05f);
+  bench_device::fill(q, int64_t(q_elems), 1, 16.0f, 2048);
+  bench_device::fill(k, int64_t(kv_elems), 2, 1.0f, 2048);
+  bench_device::fill(v, int64_t(kv_elems), 3, 1.0f, 2048);
+  bench_device::fill(sq, h_kv * d, 4, 0.05f, 8);
   CK(cudaGetLastError());
 
   ForwardParams p;
