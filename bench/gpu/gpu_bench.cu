@@ -53,6 +53,20 @@ TensorView view(void* p, DType t, std::initializer_list<int64_t> shape) {
 
 using bench_device::fill;
 
+// Stage 2's parameters over the tensors of Stages 0-1 (q, routing) and of the dense baseline (k, v, o).
+AttendParams attend_params(const RouteParams& rp, const SummarizeParams& sp, const DenseParams& dp,
+                           const MethodParams& m) {
+  AttendParams ap;
+  ap.q = rp.q;
+  ap.k = sp.k;
+  ap.v = dp.v;
+  ap.summaries = sp.summaries;
+  ap.routing = rp.routing;
+  ap.o = dp.o;
+  ap.method = m;
+  return ap;
+}
+
 // Median time (ms) of one replay of the graph captured from body.
 double time_ms(cudaStream_t st, int reps, const std::function<void(cudaStream_t)>& body) {
   cudaGraph_t graph;
@@ -188,14 +202,7 @@ Row bench_prefill(Backend& be, const Options& o, int64_t n, cudaStream_t st) {
   row.dense = time_ms(st, std::max(5, o.reps / 3), [&](cudaStream_t s) { dp.stream = s; dense_attention(be, dp); });
   emit("prefill", n, "dense_ours", row.dense);
 
-  AttendParams ap;
-  ap.q = rp.q;
-  ap.k = sp.k;
-  ap.v = dp.v;
-  ap.summaries = sp.summaries;
-  ap.routing = rp.routing;
-  ap.o = dp.o;
-  ap.method = m;
+  AttendParams ap = attend_params(rp, sp, dp, m);
   for (int per_token = 0; per_token < 2; ++per_token) {
     for (double s : o.sparsities) {
       double kept = 0;
@@ -260,26 +267,14 @@ Row bench_decode(Backend& be, const Options& o, int64_t n, cudaStream_t st) {
   dp.k = sp.k;
   dp.v = view(v.p, DType::kBF16, {b, n, h_kv, d});
   dp.o = view(out.p, DType::kBF16, {b, 1, h_q, d});
-  const ProblemShape shape = attend_shape([&] {
-    AttendParams a;
-    a.q = dp.q; a.k = dp.k; a.v = dp.v; a.o = dp.o; a.method = m;
-    a.routing.mask = rp.routing.mask; a.summaries = sp.summaries; a.routing.tau = rp.routing.tau; a.routing.mu = rp.routing.mu;
-    return a;
-  }());
+  const AttendParams ap = attend_params(rp, sp, dp, m);
+  const ProblemShape shape = attend_shape(ap);
   const size_t ws_bytes = std::max(cuda::attend_workspace_bytes(shape, false), cuda::attend_workspace_bytes(shape, true));
   Buf ws(ws_bytes);
   row.dense = time_ms(st, o.reps * 3, [&](cudaStream_t s) {
     cuda::launch_dense(normalize_dense(dp), shape, ws.p, ws.bytes, s);
   });
   emit("decode", n, "dense_ours", row.dense);
-  AttendParams ap;
-  ap.q = rp.q;
-  ap.k = sp.k;
-  ap.v = dp.v;
-  ap.summaries = sp.summaries;
-  ap.routing = rp.routing;
-  ap.o = dp.o;
-  ap.method = m;
   const AttendParams apn = normalize_attend(ap);
   // The whole step as an engine runs it, one graph: Stage 0 (the completed chunk), Stage 1 (real routing, into
   // its own mask buffer) and Stage 2 over the random mask with Stage 1's τ and μ. Timing the stages as separate

@@ -16,19 +16,12 @@
 #include <vector>
 
 #include "attend_check.h"
+#include "cuda_check.h"
 #include "attend_launch.cuh"
 #include "dashattn/geometry.h"
 
 using namespace dashattn;
 
-#define CKB(x)                                                                                  \
-  do {                                                                                          \
-    cudaError_t e_ = (x);                                                                       \
-    if (e_ != cudaSuccess) {                                                                    \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(2);                                                                             \
-    }                                                                                           \
-  } while (0)
 
 namespace attend_check {
 namespace {
@@ -164,24 +157,24 @@ float time_config(const Setup& st, void* q, void* k, void* v, void* o, uint32_t*
     args = cuda::make_attend_args(p, s);
   }
   cudaEvent_t e0, e1;
-  CKB(cudaEventCreate(&e0));
-  CKB(cudaEventCreate(&e1));
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
   // Short kernels are timed over a batch of launches to amortize the event resolution.
   const int inner = st.n_q <= 4 ? 20 : 1;
   for (int w = 0; w < 2; ++w) cuda::launch_attend_planned(args, st.d, DType::kBF16, plan, ws, nullptr);
   std::vector<float> ts;
   for (int r = 0; r < reps; ++r) {
-    CKB(cudaEventRecord(e0));
+    CK(cudaEventRecord(e0));
     for (int u = 0; u < inner; ++u) cuda::launch_attend_planned(args, st.d, DType::kBF16, plan, ws, nullptr);
-    CKB(cudaEventRecord(e1));
-    CKB(cudaEventSynchronize(e1));
+    CK(cudaEventRecord(e1));
+    CK(cudaEventSynchronize(e1));
     float ms = 0;
-    CKB(cudaEventElapsedTime(&ms, e0, e1));
+    CK(cudaEventElapsedTime(&ms, e0, e1));
     ts.push_back(ms / inner);
   }
-  CKB(cudaGetLastError());
-  CKB(cudaEventDestroy(e0));
-  CKB(cudaEventDestroy(e1));
+  CK(cudaGetLastError());
+  CK(cudaEventDestroy(e0));
+  CK(cudaEventDestroy(e1));
   return median(ts);
 }
 
@@ -204,16 +197,16 @@ void run_profile_cases() {
   const int h_q = 32, h_kv = 2, d = 128;
   void *q, *k, *v, *o;
   uint32_t* mask;
-  CKB(cudaMalloc(&q, size_t(n) * h_q * d * 2));
-  CKB(cudaMalloc(&o, size_t(n) * h_q * d * 2));
-  CKB(cudaMalloc(&k, size_t(n) * h_kv * d * 2));
-  CKB(cudaMalloc(&v, size_t(n) * h_kv * d * 2));
+  CK(cudaMalloc(&q, size_t(n) * h_q * d * 2));
+  CK(cudaMalloc(&o, size_t(n) * h_q * d * 2));
+  CK(cudaMalloc(&k, size_t(n) * h_kv * d * 2));
+  CK(cudaMalloc(&v, size_t(n) * h_kv * d * 2));
   const int64_t words = mask_words(n, 64);
-  CKB(cudaMalloc(&mask, size_t(n) * h_kv * words * 4));
+  CK(cudaMalloc(&mask, size_t(n) * h_kv * words * 4));
   BiasInputs bias;
-  CKB(cudaMalloc(&bias.summaries, size_t(n / 64) * h_kv * d * 2));
-  CKB(cudaMalloc(&bias.tau, size_t(n) * h_q * 4));
-  CKB(cudaMalloc(&bias.mu, size_t(n) * h_kv * 4));
+  CK(cudaMalloc(&bias.summaries, size_t(n / 64) * h_kv * d * 2));
+  CK(cudaMalloc(&bias.tau, size_t(n) * h_q * 4));
+  CK(cudaMalloc(&bias.mu, size_t(n) * h_kv * 4));
   fill_bf16<<<1024, 256>>>(static_cast<__nv_bfloat16*>(q), size_t(n) * h_q * d, 1);
   fill_bf16<<<1024, 256>>>(static_cast<__nv_bfloat16*>(k), size_t(n) * h_kv * d, 2);
   fill_bf16<<<1024, 256>>>(static_cast<__nv_bfloat16*>(v), size_t(n) * h_kv * d, 3);
@@ -221,7 +214,7 @@ void run_profile_cases() {
   fill_f32<<<1024, 256>>>(bias.tau, size_t(n) * h_q, -50.0f);
   fill_f32<<<1024, 256>>>(bias.mu, size_t(n) * h_kv, 0.0f);
   fill_mask<<<2048, 256>>>(mask, 1, h_kv, n, n, words, 0.25f, 77, true);
-  CKB(cudaDeviceSynchronize());
+  CK(cudaDeviceSynchronize());
   Setup st{1, n, n};
   cuda::AttendPlan plan;
   plan.warps = 8;
@@ -231,12 +224,12 @@ void run_profile_cases() {
   std::printf("profile cases (32K, per query chunk, 75 %%): no bias %.3f ms, bias %.3f ms\n", t0, t1);
   for (void* p : {q, k, v, o, static_cast<void*>(mask), bias.summaries, static_cast<void*>(bias.tau),
                   static_cast<void*>(bias.mu)})
-    CKB(cudaFree(p));
+    CK(cudaFree(p));
 }
 
 void run_benchmark(int max_n_k_thousands) {
   cudaDeviceProp prop;
-  CKB(cudaGetDeviceProperties(&prop, 0));
+  CK(cudaGetDeviceProperties(&prop, 0));
   const int sms = prop.multiProcessorCount;
   std::printf("device: %s, %d SMs\n", prop.name, sms);
   const int64_t max_n = int64_t(max_n_k_thousands) * 1024;
@@ -246,26 +239,26 @@ void run_benchmark(int max_n_k_thousands) {
   const size_t kv_elems = size_t(24) * max_n * h_kv * d;
   void *q, *k, *v, *o, *ws;
   uint32_t* mask;
-  CKB(cudaMalloc(&q, q_elems * 2));
-  CKB(cudaMalloc(&o, q_elems * 2));
-  CKB(cudaMalloc(&k, kv_elems * 2));
-  CKB(cudaMalloc(&v, kv_elems * 2));
+  CK(cudaMalloc(&q, q_elems * 2));
+  CK(cudaMalloc(&o, q_elems * 2));
+  CK(cudaMalloc(&k, kv_elems * 2));
+  CK(cudaMalloc(&v, kv_elems * 2));
   const size_t mask_bytes = size_t(max_n) * h_kv * size_t(mask_words(max_n, 64)) * 4 + 24 * 4 * 4096;
-  CKB(cudaMalloc(&mask, mask_bytes));
+  CK(cudaMalloc(&mask, mask_bytes));
   const size_t ws_bytes = size_t(64) * 24 * h_q * (d + 1) * 4 + 1024;
-  CKB(cudaMalloc(&ws, ws_bytes));
+  CK(cudaMalloc(&ws, ws_bytes));
   BiasInputs bias;
   const size_t summ_elems = size_t(max_n / 64 + 1) * h_kv * d;
-  CKB(cudaMalloc(&bias.summaries, summ_elems * 2));
-  CKB(cudaMalloc(&bias.tau, size_t(max_n) * h_q * 4));
-  CKB(cudaMalloc(&bias.mu, size_t(max_n) * h_kv * 4));
+  CK(cudaMalloc(&bias.summaries, summ_elems * 2));
+  CK(cudaMalloc(&bias.tau, size_t(max_n) * h_q * 4));
+  CK(cudaMalloc(&bias.mu, size_t(max_n) * h_kv * 4));
   fill_bf16<<<1024, 256>>>(static_cast<__nv_bfloat16*>(q), q_elems, 1);
   fill_bf16<<<1024, 256>>>(static_cast<__nv_bfloat16*>(k), kv_elems, 2);
   fill_bf16<<<1024, 256>>>(static_cast<__nv_bfloat16*>(v), kv_elems, 3);
   fill_bf16<<<1024, 256>>>(static_cast<__nv_bfloat16*>(bias.summaries), summ_elems, 4);
   fill_f32<<<1024, 256>>>(bias.tau, size_t(max_n) * h_q, -50.0f);
   fill_f32<<<1024, 256>>>(bias.mu, size_t(max_n) * h_kv, 0.0f);
-  CKB(cudaDeviceSynchronize());
+  CK(cudaDeviceSynchronize());
 
   const double sparsities[3] = {0.75, 0.875, 0.9375};
   struct Variant {
@@ -337,15 +330,15 @@ void run_benchmark(int max_n_k_thousands) {
     }
     std::printf("\n");
   }
-  CKB(cudaFree(q));
-  CKB(cudaFree(k));
-  CKB(cudaFree(v));
-  CKB(cudaFree(o));
-  CKB(cudaFree(mask));
-  CKB(cudaFree(ws));
-  CKB(cudaFree(bias.summaries));
-  CKB(cudaFree(bias.tau));
-  CKB(cudaFree(bias.mu));
+  CK(cudaFree(q));
+  CK(cudaFree(k));
+  CK(cudaFree(v));
+  CK(cudaFree(o));
+  CK(cudaFree(mask));
+  CK(cudaFree(ws));
+  CK(cudaFree(bias.summaries));
+  CK(cudaFree(bias.tau));
+  CK(cudaFree(bias.mu));
 }
 
 }  // namespace attend_check

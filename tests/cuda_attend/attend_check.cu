@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "attend_check.h"
+#include "cuda_check.h"
 #include "attend_launch.cuh"
 #include "dashattn/geometry.h"
 
@@ -18,14 +19,6 @@ using namespace dashattn;
 using dashattn::cuda::AttendArgs;
 using dashattn::cuda::AttendPlan;
 
-#define CK(x)                                                                                   \
-  do {                                                                                          \
-    cudaError_t e_ = (x);                                                                       \
-    if (e_ != cudaSuccess) {                                                                    \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(2);                                                                             \
-    }                                                                                           \
-  } while (0)
 
 namespace attend_check {
 

@@ -98,15 +98,20 @@ def summaries_of(k: np.ndarray, summary_query, chunk: int, key_dtype: str) -> np
     return round_to(out, key_dtype)
 
 
-def forward_sequence(q, k, v, summary_query=None, *, chunk=64, alpha=1.5, gamma=1.0, sigma=1e8,
-                     prior="estimate_diagonal", scale=None, key_dtype="f32") -> SequenceResult:
+def _sequence_inputs(q, k, v, scale):
+    """q [n_q, h_q, d], k and v [n_k, h_kv, d] in float64, their sizes, and the softmax scale (1/sqrt(d) by default)."""
     q = np.asarray(q, dtype=np.float64)
     k = np.asarray(k, dtype=np.float64)
     v = np.asarray(v, dtype=np.float64)
     n_q, h_q, d = q.shape
     n_k, h_kv, _ = k.shape
+    return q, k, v, n_q, n_k, h_q, h_kv, d, (1.0 / math.sqrt(d) if scale is None else scale)
+
+
+def forward_sequence(q, k, v, summary_query=None, *, chunk=64, alpha=1.5, gamma=1.0, sigma=1e8,
+                     prior="estimate_diagonal", scale=None, key_dtype="f32") -> SequenceResult:
+    q, k, v, n_q, n_k, h_q, h_kv, d, scale = _sequence_inputs(q, k, v, scale)
     g = h_q // h_kv
-    scale = 1.0 / math.sqrt(d) if scale is None else scale
     summ = summaries_of(k, summary_query, chunk, key_dtype)
     chunks_total = (n_k + chunk - 1) // chunk
     res = SequenceResult(o=np.zeros((n_q, h_q, d)), lse=np.zeros((h_q, n_q)),
@@ -155,13 +160,8 @@ def forward_sequence(q, k, v, summary_query=None, *, chunk=64, alpha=1.5, gamma=
 
 def dense_sequence(q, k, v, scale=None) -> tuple:
     """Dense causal attention (bottom-right): o [n_q, h_q, d], lse [h_q, n_q]."""
-    q = np.asarray(q, dtype=np.float64)
-    k = np.asarray(k, dtype=np.float64)
-    v = np.asarray(v, dtype=np.float64)
-    n_q, h_q, d = q.shape
-    n_k, h_kv, _ = k.shape
+    q, k, v, n_q, n_k, h_q, h_kv, d, scale = _sequence_inputs(q, k, v, scale)
     g = h_q // h_kv
-    scale = 1.0 / math.sqrt(d) if scale is None else scale
     o = np.zeros((n_q, h_q, d))
     lse = np.zeros((h_q, n_q))
     for h in range(h_q):
