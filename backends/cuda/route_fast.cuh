@@ -157,12 +157,7 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
   const int rows_used = tokens * g;
 
   for (int rho = tid; rho < kRows; rho += kThreads) {
-    int lim = 0;
-    if (rho < rows_used) {
-      const int64_t i = tok0 + rho / g;
-      if (i < sp.n_q) lim = static_cast<int>(diagonal_chunk(query_position(i, sp.n_q, sp.n_k), a.chunk));
-    }
-    row_limit[rho] = lim;
+    row_limit[rho] = routable_chunks(a, sp, tok0, rho, rows_used, g);
     col_count[rho] = 0;
   }
   const int64_t last_real = (tok0 + tokens < sp.n_q ? tok0 + tokens : sp.n_q) - 1;

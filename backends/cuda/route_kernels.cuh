@@ -79,6 +79,15 @@ __device__ __forceinline__ uint32_t pack2(T lo, T hi) {
 }
 
 // Accumulated per-row statistics of one certified pass at trial t (entmax.h's PassSums).
+// Routable chunks of block row rho (the token's diagonal chunk c_i; 0 for padding rows and rows past the block's
+// tokens), shared by the routing kernels.
+__device__ __forceinline__ int routable_chunks(const RouteArgs& a, const SequenceSpan& sp, int64_t tok0, int rho,
+                                               int rows_used, int g) {
+  if (rho >= rows_used) return 0;
+  const int64_t i = tok0 + rho / g;
+  return i < sp.n_q ? static_cast<int>(diagonal_chunk(query_position(i, sp.n_q, sp.n_k), a.chunk)) : 0;
+}
+
 struct RowSums {
   int k;
   double s1, s2, sp, spm1;
@@ -231,12 +240,7 @@ __global__ void __launch_bounds__(kThreads) route_kernel(RouteArgs a) {
 
   // Routable chunks per row: c_i of the token, 0 for padding.
   for (int rho = tid; rho < kRows; rho += kThreads) {
-    int lim = 0;
-    if (rho < rows_used) {
-      const int64_t i = tok0 + rho / g;
-      if (i < sp.n_q) lim = static_cast<int>(diagonal_chunk(query_position(i, sp.n_q, sp.n_k), a.chunk));
-    }
-    row_limit[rho] = lim;
+    row_limit[rho] = routable_chunks(a, sp, tok0, rho, rows_used, g);
     row_count[rho] = 0;
     row_pending[rho] = 0;
   }
