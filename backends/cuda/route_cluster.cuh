@@ -293,14 +293,7 @@ __global__ void __launch_bounds__(kThreads, 3) route_cluster_kernel(RouteArgs a,
   const int c_end = c_begin + per < cmax ? c_begin + per : cmax;
   const int n_loc = c_end > c_begin ? c_end - c_begin : 0;
 
-  for (int rho = tid; rho < kR; rho += kThreads) {
-    int lim = 0;
-    if (rho < rows_used) {
-      const int64_t i = rho / g;
-      if (i < sp.n_q) lim = static_cast<int>(diagonal_chunk(query_position(i, sp.n_q, sp.n_k), a.chunk));
-    }
-    row_limit[rho] = lim;
-  }
+  for (int rho = tid; rho < kR; rho += kThreads) row_limit[rho] = routable_chunks(a, sp, 0, rho, rows_used, g);
 
   // Summary rows [cb, cb + nrows) into the staging buffer with 16-byte copies (zeros past nrows, up to a multiple
   // of 16).
