@@ -75,17 +75,29 @@ __device__ void fill_stage_bias(const AttendArgs& a, const SequenceSpan& sp, int
   const int per_tile = a.chunk >= kTileKeys ? 1 : (kTileKeys >> a.log2_chunk);
   const int64_t c0 = k0 >> a.log2_chunk;
   const int n_items = n_tokens * per_tile;
+  // Item = (token slot t, chunk qd of the tile): its token, its chunk, and whether it carries a bias (a routed
+  // chunk c < c_i whose mask bit is set).
+  struct Item {
+    int t, qd;
+    int64_t token, c;
+    bool routed;
+  };
+  auto item_at = [&](int item) {
+    Item it;
+    it.t = item / per_tile;
+    it.qd = item % per_tile;
+    it.token = first_token + it.t;
+    it.c = c0 + it.qd;
+    const int64_t diag = (sp.n_k - sp.n_q + it.token) >> a.log2_chunk;
+    const uint32_t* mrow = mask_row_ptr(a, sp, kv_head, it.token);
+    it.routed = it.c < diag && ((mrow[it.c >> 5] >> (it.c & 31)) & 1u);
+    return it;
+  };
   if (g > kScratch) {  // groups wider than the scratch: one warp per item
     for (int item = 0; item < n_items; ++item) {
-      const int t = item / per_tile, qd = item % per_tile;
-      const int64_t token = first_token + t;
-      const int64_t c = c0 + qd;
-      const int64_t diag = (sp.n_k - sp.n_q + token) >> a.log2_chunk;
-      const uint32_t* mrow = mask_row_ptr(a, sp, kv_head, token);
-      float bias = 0.0f;
-      if (c < diag && ((mrow[c >> 5] >> (c & 31)) & 1u))
-        bias = chunk_bias_log2<Cfg>(a, sp, seq, kv_head, token, c, lane);
-      if (lane == 0) table[t * 4 + qd] = bias;
+      const Item it = item_at(item);
+      const float bias = it.routed ? chunk_bias_log2<Cfg>(a, sp, seq, kv_head, it.token, it.c, lane) : 0.0f;
+      if (lane == 0) table[it.t * 4 + it.qd] = bias;
     }
     return;
   }
@@ -95,14 +107,11 @@ __device__ void fill_stage_bias(const AttendArgs& a, const SequenceSpan& sp, int
   for (int item0 = 0; item0 < n_items; item0 += items_per_batch) {
     const int batch_items = min(items_per_batch, n_items - item0);
     for (int u = lane; u < batch_items * g; u += 32) {
-      const int item = item0 + u / g, h = u % g;
-      const int t = item / per_tile, qd = item % per_tile;
-      const int64_t token = first_token + t;
-      const int64_t c = c0 + qd;
-      const int64_t diag = (sp.n_k - sp.n_q + token) >> a.log2_chunk;
-      const uint32_t* mrow = mask_row_ptr(a, sp, kv_head, token);
+      const int h = u % g;
+      const Item it = item_at(item0 + u / g);
+      const int64_t token = it.token, c = it.c;
       float wh = 0.0f;
-      if (c < diag && ((mrow[c >> 5] >> (c & 31)) & 1u)) {
+      if (it.routed) {
         const int qh = kv_head * g + h;
         const Element* qrow = qb + a.q.offset(sp.batch_index, sp.q_begin + token, qh);
         const Element* kbar = static_cast<const Element*>(a.summaries.data) + a.summaries.offset(seq, c, kv_head);
@@ -130,23 +139,18 @@ __device__ void fill_stage_bias(const AttendArgs& a, const SequenceSpan& sp, int
     }
     __syncwarp();
     for (int i = lane; i < batch_items; i += 32) {
-      const int item = item0 + i;
-      const int t = item / per_tile, qd = item % per_tile;
-      const int64_t token = first_token + t;
-      const int64_t c = c0 + qd;
-      const int64_t diag = (sp.n_k - sp.n_q + token) >> a.log2_chunk;
-      const uint32_t* mrow = mask_row_ptr(a, sp, kv_head, token);
+      const Item it = item_at(item0 + i);
       float bias = 0.0f;
-      if (c < diag && ((mrow[c >> 5] >> (c & 31)) & 1u)) {
+      if (it.routed) {
         float sum = 0.0f;
         for (int h = 0; h < g; ++h) sum += scratch[i * g + h];
         float w = sum / float(g);
         // The mask bit is ground truth: a weight that recomputes to zero still gets a finite bias.
         if (!(w > 0.0f)) w = kMinRoutedWeight;
-        const float mu = static_cast<const float*>(a.mu.data)[row_output_offset(a.mu, sp, kv_head, token)];
+        const float mu = static_cast<const float*>(a.mu.data)[row_output_offset(a.mu, sp, kv_head, it.token)];
         bias = prior_bias(a.prior, logf(w), mu, a.inv_sigma) * 1.4426950408889634f;
       }
-      table[t * 4 + qd] = bias;
+      table[it.t * 4 + it.qd] = bias;
     }
     __syncwarp();
   }
