@@ -48,10 +48,26 @@ __global__ void __launch_bounds__(kThreads) summarize_kernel(SummarizeArgs a, bo
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t key0 = sp.k_begin + c * a.chunk;
   if (vector_copy) {
+    // Batches of kCopyBatch loads per thread are issued before any is stored: a loop that stores each piece as it
+    // arrives waits one DRAM round trip per piece (8 per thread at C = 64, d = 128, ~8 us for a decode step).
+    constexpr int kCopyBatch = 8;
     const int pieces = a.d / 8;  // 16-byte pieces per key row
-    for (int task = threadIdx.x; task < a.chunk * pieces; task += kThreads) {
-      const int t = task / pieces, piece = task % pieces;
-      smem_keys_raw[task] = *reinterpret_cast<const uint4*>(a.k.ptr<T>(sp.batch_index, key0 + t, r, piece * 8));
+    const int tasks = a.chunk * pieces;
+    for (int base = 0; base < tasks; base += kThreads * kCopyBatch) {
+      uint4 held[kCopyBatch];
+#pragma unroll
+      for (int i = 0; i < kCopyBatch; ++i) {
+        const int task = base + i * kThreads + threadIdx.x;
+        if (task < tasks) {
+          held[i] = *reinterpret_cast<const uint4*>(
+              a.k.ptr<T>(sp.batch_index, key0 + task / pieces, r, (task % pieces) * 8));
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < kCopyBatch; ++i) {
+        const int task = base + i * kThreads + threadIdx.x;
+        if (task < tasks) smem_keys_raw[task] = held[i];
+      }
     }
   } else {
     for (int task = threadIdx.x; task < a.chunk * a.d; task += kThreads)
@@ -65,7 +81,9 @@ __global__ void __launch_bounds__(kThreads) summarize_kernel(SummarizeArgs a, bo
   }
   __syncthreads();
 
-  // Logits: one warp per key, lanes over the head dim, butterfly reduction (fixed order).
+  // Logits: one warp per key, lanes over the head dim, butterfly reduction (fixed order). Unrolled so that the
+  // shuffle chains of several keys overlap.
+#pragma unroll 4
   for (int t = warp; t < a.chunk; t += kWarps) {
     float dot = 0.0f;
     if (have_query) {
@@ -77,18 +95,23 @@ __global__ void __launch_bounds__(kThreads) summarize_kernel(SummarizeArgs a, bo
   }
   __syncthreads();
 
-  if (threadIdx.x == 0) {
-    float m = logits[0];
-    for (int t = 1; t < a.chunk; ++t) m = fmaxf(m, logits[t]);
-    float sum = 0.0f;
-    for (int t = 0; t < a.chunk; ++t) {
-      const float e = expf(logits[t] - m);
-      weights[t] = e;
-      sum += e;
+  // Softmax over the chunk. The max (order-free) and the exponentials run in parallel; the sum stays one
+  // thread's sequential sum in key order, so the summary's bits do not depend on the launch shape.
+  __shared__ float inv_sum;
+  if (warp == 0) {
+    float m = -INFINITY;
+    for (int t = lane; t < a.chunk; t += 32) m = fmaxf(m, logits[t]);
+    for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+    for (int t = lane; t < a.chunk; t += 32) weights[t] = expf(logits[t] - m);
+    __syncwarp();
+    if (lane == 0) {
+      float sum = 0.0f;
+      for (int t = 0; t < a.chunk; ++t) sum += weights[t];
+      inv_sum = 1.0f / sum;
     }
-    const float inv = 1.0f / sum;
-    for (int t = 0; t < a.chunk; ++t) weights[t] *= inv;
   }
+  __syncthreads();
+  for (int t = threadIdx.x; t < a.chunk; t += kThreads) weights[t] *= inv_sum;
   __syncthreads();
 
   // Weighted sum of the keys: one thread per output element, keys in order.
