@@ -1,12 +1,13 @@
-// Stage-1 single-sweep kernel (see route.cuh for the contract): one tensor-core sweep over the summaries finds
-// every candidate of every row, the exact τ is solved on chip from the candidate lists, and the mask, μ and
-// active counts are emitted from the same lists, with no second look at the summaries.
+// Stage-1 single-sweep kernel (see route.cuh for the contract): the summaries stream through the block twice (a
+// maximum pass and a listing pass over the same tensor-core scores), the exact τ is solved on chip from the
+// candidate lists, and the mask, μ and active counts are emitted from the same lists, with no further look at the
+// summaries.
 //
-// Why one sweep suffices: τ ≥ m − 1 for a row with maximum m, so only x > m − 1 can carry weight, and a chunk's
-// group weight is non-zero only if it is a candidate of some head. The sweep keeps a running maximum per row and
-// appends x > m_run − 1 − margin (a superset of the final candidates, since m_run only grows) with the chunk id to
-// a per-row list; a full list is compacted against the current threshold, and a row that still does not fit hands
-// the whole block to the multi-pass kernel (route_kernels.cuh), which then recomputes it from scratch.
+// Why the lists suffice: τ ≥ m − 1 for a row with maximum m, so only x > m − 1 can carry weight, and a chunk's
+// group weight is non-zero only if it is a candidate of some head. The first pass finds every row's maximum m;
+// the second appends x > m − 1 − margin with the chunk id to a per-row list, in chunk order. A row whose list does
+// not fit hands the whole block to the multi-pass kernel (route_kernels.cuh), which then recomputes it from
+// scratch.
 //
 // Summary tiles of 64 chunks stream through a cp.async ring of `stages` buffers. Block rows are laid out as in
 // the multi-pass kernel (row = token·g + head, each warp two m16 tiles at head dim ≤ 128). A block with no more
@@ -77,27 +78,10 @@ struct SegmentedList {
   }
 };
 
-// Drops the entries x ≤ th of list column `col` (n entries), keeping their order; run by the four lanes of the
-// quad that owns the row (mask qmask, leader lane `leader`). Returns the new length in every lane of the quad.
-__device__ __forceinline__ int compact_column(float* vals, uint16_t* ids, int list_stride, int col, int n, float th,
-                                              bool leader, unsigned qmask, int leader_lane) {
-  int kept = 0;
-  if (leader) {
-    for (int i = 0; i < n; ++i) {
-      const float v = vals[col * list_stride + i];
-      if (v > th) {
-        vals[col * list_stride + kept] = v;
-        ids[col * list_stride + kept] = ids[col * list_stride + i];
-        ++kept;
-      }
-    }
-  }
-  __syncwarp(qmask);
-  return __shfl_sync(qmask, kept, leader_lane);
-}
-
-// Candidate threshold for a running maximum m: slightly below m − 1 so that float rounding never drops a support
-// element (extra candidates are harmless: the solver and the emit ignore x ≤ τ).
+// Candidate threshold for a row maximum m: slightly below m − 1 so that float rounding never drops a support
+// element (extra candidates are harmless: the solver and the emit ignore x ≤ τ). Non-decreasing in m for every
+// float m < 2^24, with or without the multiply-add contracted (checked over all floats); above, the rounding of
+// m − 1 can make it dip by an ulp.
 __device__ __forceinline__ float candidate_threshold(float m) { return m - 1.0f - 1e-4f * fmaxf(1.0f, fabsf(m)); }
 
 #ifdef DASHATTN_ROUTE_PHASE_CLOCKS
@@ -204,9 +188,10 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
     mt_active[mt] = __any_sync(0xffffffffu, lim[mt][0] > 0 || lim[mt][1] > 0);
   }
 
-  auto load_tile = [&](int tl) {
+  // Tile tl of the summaries into ring buffer buf; chunks past cmax read as zeros.
+  auto load_tile = [&](int tl, int buf) {
     const int c0 = tl * kStageChunks;
-    uint16_t* dst = stage_buf + size_t(tl % stages) * (S::kStageBytes / 2);
+    uint16_t* dst = stage_buf + size_t(buf) * (S::kStageBytes / 2);
     const T* base = a.summaries.ptr<T>(seq, 0, r, 0);
     for (int v = tid; v < kStageChunks * kVecPerRow; v += kThreads) {
       const int row = v / kVecPerRow, col = (v % kVecPerRow) * 8;
@@ -216,66 +201,83 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
     }
   };
 
-  // ---- The sweep: running maxima and candidate lists ----
-  float mrun[kMT][2], th[kMT][2];
+  // ---- The sweep: two passes over the tiles, as one stream of 2·ntiles steps through the ring ----
+  // Pass A keeps each lane's maximum over the routable chunks of its rows (no communication until its end); pass B
+  // scores the tiles again (the summaries are L2-resident) and lists x > candidate_threshold(m) in chunk order. The
+  // lists are exactly the candidates against the final maximum, which is also what a running maximum with lists
+  // trimmed afterwards gives, because candidate_threshold is non-decreasing in m (below 2^24). They never hold a
+  // stale entry, so a row overflows only when its final candidates exceed the cap.
+  // Per row, `bound` is the maximum during pass A, turned in place into the candidate threshold for pass B (one
+  // register set for both keeps the sweep free of spills).
+  float bound[kMT][2];
   int cnt[kMT][2];  // > cap: the row overflowed
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      mrun[mt][h] = -INFINITY;
-      th[mt][h] = -INFINITY;
+      bound[mt][h] = -INFINITY;
       cnt[mt][h] = 0;
     }
-  const unsigned qmask = 0xfu << (lane & ~3);
   int overflow = cmax > kMaxListChunk;  // block-uniform
-  if (!overflow) {
-    for (int s = 0; s + 1 < stages; ++s) {
-      if (s < ntiles) load_tile(s);
-      cp_async_commit();
-    }
-  }
-  for (int tl = 0; tl < ntiles && !overflow; ++tl) {
-    cp_async_wait(stages - 2);
-    __syncthreads();  // tile tl visible to all; buffer (tl − 1) % stages free
-    if (tl + stages - 1 < ntiles) load_tile(tl + stages - 1);
+  const int steps = overflow ? 0 : 2 * ntiles;
+  for (int s = 0; s + 1 < stages; ++s) {
+    if (s < steps) load_tile(s % ntiles, s);
     cp_async_commit();
-    const uint16_t* tile = stage_buf + size_t(tl % stages) * (S::kStageBytes / 2);
-    auto brow_of = [&](int sub) {
-      return tile + (sub * kSubChunks + ((lane >> 4) << 3) + (lane & 7)) * C::kTileStride + ((lane >> 3) & 1) * 8;
-    };
-    // The running maxima and candidate lists of one scored sub-tile (chunks c0 .. c0 + 15), in chunk order.
-    auto sweep_epilogue = [&](float (&acc)[kMT][2][4], int c0) {
-      // Element (mt, n, i): row half h = i / 2, chunk c0 + n·8 + 2·quad + (i & 1).
-      float lm[kMT][2];
-      bool rise = false;
+  }
+  for (int v = 0; v < steps; ++v) {
+    cp_async_wait(stages - 2);
+    int row_overflow = 0;
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) row_overflow |= cnt[mt][h] > cap;
+    // Step v visible to all; buffer (v − 1) % stages free; the maxima of pass A published (split blocks).
+    if (__syncthreads_or(row_overflow)) {
+      overflow = 1;
+      break;
+    }
+    if (v + stages - 1 < steps) load_tile((v + stages - 1) % ntiles, (v + stages - 1) % stages);
+    cp_async_commit();
+    const bool listing = v >= ntiles;  // pass B
+    const int tl = listing ? v - ntiles : v;
+    if (v == ntiles) {
+      DASHATTN_PHASE_MARK(1);  // pass A
+      // A split row's maximum is over all segments (fmaxf: the order of the segments does not matter).
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          lm[mt][h] = -INFINITY;
+          float m = bound[mt][h];
+          if (split) {
+            m = -INFINITY;
+#pragma unroll
+            for (int s = 0; s < kWarps; ++s) m = fmaxf(m, col_max[s * kWarpRows + mt * 16 + grp + 8 * h]);
+          }
+          bound[mt][h] = candidate_threshold(m);
+        }
+    }
+    const uint16_t* tile = stage_buf + size_t(v % stages) * (S::kStageBytes / 2);
+    auto brow_of = [&](int sub) {
+      return tile + (sub * kSubChunks + ((lane >> 4) << 3) + (lane & 7)) * C::kTileStride + ((lane >> 3) & 1) * 8;
+    };
+    // Element (mt, n, i) of a scored sub-tile (chunks c0 .. c0 + 15): row half h = i / 2, chunk
+    // c0 + n·8 + 2·quad + (i & 1). Pass A: this lane's maxima over the routable chunks (fmaxf drops NaN scores).
+    auto max_epilogue = [&](float (&acc)[kMT][2][4], int c0) {
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
 #pragma unroll
           for (int n = 0; n < 2; ++n)
 #pragma unroll
             for (int j = 0; j < 2; ++j) {
-              acc[mt][n][2 * h + j] *= a.x_scale;
-              if (c0 + n * 8 + quad * 2 + j < lim[mt][h]) lm[mt][h] = fmaxf(lm[mt][h], acc[mt][n][2 * h + j]);
+              const float x = acc[mt][n][2 * h + j] * a.x_scale;
+              if (c0 + n * 8 + quad * 2 + j < lim[mt][h]) bound[mt][h] = fmaxf(bound[mt][h], x);
             }
-          rise = rise || lm[mt][h] > mrun[mt][h];
-        }
-      if (__any_sync(0xffffffffu, rise)) {
-#pragma unroll
-        for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            float m = fmaxf(lm[mt][h], __shfl_xor_sync(0xffffffffu, lm[mt][h], 1));
-            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-            if (m > mrun[mt][h]) {
-              mrun[mt][h] = m;
-              th[mt][h] = candidate_threshold(m);
-            }
-          }
-      }
+    };
+    // Pass B: append the candidates in chunk order. They are few (tens per row out of up to a thousand chunks),
+    // so the quad exchange and the stores run only when some lane of the warp has one.
+    auto list_epilogue = [&](float (&acc)[kMT][2][4], int c0) {
       uint32_t lb[kMT][2];
       bool any_cand = false;
 #pragma unroll
@@ -288,7 +290,8 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
 #pragma unroll
             for (int j = 0; j < 2; ++j) {
               const int col = n * 8 + quad * 2 + j;
-              if (c0 + col < lim[mt][h] && acc[mt][n][2 * h + j] > th[mt][h]) lb[mt][h] |= 1u << col;
+              acc[mt][n][2 * h + j] *= a.x_scale;
+              if (c0 + col < lim[mt][h] && acc[mt][n][2 * h + j] > bound[mt][h]) lb[mt][h] |= 1u << col;
             }
           any_cand = any_cand || lb[mt][h] != 0u;
         }
@@ -302,15 +305,11 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
             bits |= __shfl_xor_sync(0xffffffffu, bits, 2);
             if (bits == 0u || cnt[mt][h] > cap) continue;  // quad-uniform
             const int add = __popc(bits);
-            const int col_idx = col_base + mt * 16 + grp + 8 * h;
             if (cnt[mt][h] + add > cap) {
-              cnt[mt][h] = compact_column(list_val, list_id, lstride, col_idx, cnt[mt][h], th[mt][h], quad == 0, qmask,
-                                                 lane & ~3);
-              if (cnt[mt][h] + add > cap) {
-                cnt[mt][h] = cap + 1;
-                continue;
-              }
+              cnt[mt][h] = cap + 1;
+              continue;
             }
+            const int col_idx = col_base + mt * 16 + grp + 8 * h;
 #pragma unroll
             for (int n = 0; n < 2; ++n)
 #pragma unroll
@@ -331,11 +330,13 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
       if (c0 < cmax) {
         float acc[kMT][2][4];
         score_subtile<T>(acc, qf, mt_active, brow_of(warp));
-        sweep_epilogue(acc, c0);
+        if (listing) list_epilogue(acc, c0);
+        else max_epilogue(acc, c0);
       }
     } else {
       // Two sub-tiles scored before either epilogue: their MMA chains overlap (the epilogues still run in chunk
-      // order). Past cmax the tile buffer holds zeros, so the second score is always safe to compute.
+      // order). Past cmax the tile buffer holds zeros and every chunk is past every row's limit, so the second
+      // score is always safe to compute.
 #pragma unroll 1
       for (int sub = 0; sub < kSubTiles; sub += 2) {
         const int c0 = tl * kStageChunks + sub * kSubChunks;
@@ -343,19 +344,39 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
         float acc0[kMT][2][4], acc1[kMT][2][4];
         score_subtile<T>(acc0, qf, mt_active, brow_of(sub));
         score_subtile<T>(acc1, qf, mt_active, brow_of(sub + 1));
-        sweep_epilogue(acc0, c0);
-        if (c0 + kSubChunks < cmax) sweep_epilogue(acc1, c0 + kSubChunks);
+        if (listing) {
+          list_epilogue(acc0, c0);
+          if (c0 + kSubChunks < cmax) list_epilogue(acc1, c0 + kSubChunks);
+        } else {
+          max_epilogue(acc0, c0);
+          max_epilogue(acc1, c0 + kSubChunks);
+        }
       }
     }
+    if (v == ntiles - 1) {
+      // End of pass A: the row maxima over the quad; a split block's segment maxima go to every warp through the
+      // barrier at the top of the next step.
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          float m = fmaxf(bound[mt][h], __shfl_xor_sync(0xffffffffu, bound[mt][h], 1));
+          m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+          bound[mt][h] = m;
+          if (split && quad == 0) col_max[col_base + mt * 16 + grp + 8 * h] = m;
+        }
+    }
+  }
+  cp_async_wait(0);
+  {
     int row_overflow = 0;
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
       for (int h = 0; h < 2; ++h) row_overflow |= cnt[mt][h] > cap;
-    overflow = __syncthreads_or(row_overflow);
+    overflow = __syncthreads_or(overflow | row_overflow);
   }
-  cp_async_wait(0);
-  DASHATTN_PHASE_MARK(1);  // the sweep
+  DASHATTN_PHASE_MARK(2);  // pass B
 
   if (overflow) {
     // The multi-pass kernel redoes this block; the mark goes to every row so that the first one carries it.
@@ -369,38 +390,10 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        col_count[col_base + mt * 16 + grp + 8 * h] = cnt[mt][h];
-        col_max[col_base + mt * 16 + grp + 8 * h] = mrun[mt][h];
-      }
+      for (int h = 0; h < 2; ++h) col_count[col_base + mt * 16 + grp + 8 * h] = cnt[mt][h];
   }
   __syncthreads();
-
-  // Lists against the final threshold of their row (a split row's maximum is over its segments): what stays is
-  // exactly {x > m − 1 − margin} of each segment, in chunk order, so the solver sees what a two-pass search would
-  // give it, however much the running maximum rose during the sweep.
   const int segments = split ? kWarps : 1;
-  for (int col = tid; col < kRows; col += kThreads) {
-    const int rho = split ? col % kWarpRows : col;
-    if (rho >= rows_used || (split && col >= kWarps * kWarpRows)) continue;
-    float m = -INFINITY;
-    for (int s = 0; s < segments; ++s) m = fmaxf(m, col_max[split ? s * kWarpRows + rho : col]);
-    const float th = candidate_threshold(m);
-    const int n = col_count[col];
-    int kept = 0;
-    for (int e = 0; e < n; ++e) {
-      const float v = list_val[col * lstride + e];
-      if (v > th) {
-        list_val[col * lstride + kept] = v;
-        list_id[col * lstride + kept] = list_id[col * lstride + e];
-        ++kept;
-      }
-    }
-    col_count[col] = kept;
-  }
-  __syncthreads();
-
-  DASHATTN_PHASE_MARK(2);  // lists trimmed
   // ---- Exact τ per row from its list (segments in warp order for a split block) ----
   for (int rho = tid; rho < rows_used; rho += kThreads) {
     float tau = NAN;
@@ -515,7 +508,8 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
     __threadfence();
     const unsigned int done = atomicAdd(&g_route_phase_blocks, 1u) + 1u;
     if (done == gridDim.x * gridDim.y * gridDim.z && atomicExch(&g_route_phase_printed, 1u) == 0u) {
-      printf("route_fast phases (cycles summed over %u blocks): setup %llu sweep %llu trim %llu solve %llu emit %llu\n",
+      printf("route_fast phases (cycles summed over %u blocks): "
+             "setup %llu maxima %llu lists %llu solve %llu emit %llu\n",
              done, g_route_phase_cycles[0], g_route_phase_cycles[1], g_route_phase_cycles[2], g_route_phase_cycles[3],
              g_route_phase_cycles[4]);
     }
