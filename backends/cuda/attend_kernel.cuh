@@ -44,6 +44,14 @@
 #include "attend_wgmma.cuh"
 #include "mma_tiles.cuh"
 
+// The warpgroup path's S = Q K^T takes Q from registers (loaded once per CTA) rather than from shared memory:
+// with both operands in shared memory each m64n64k16 reads 4 KB for 131K FLOPs, which is the shared-memory
+// bandwidth at the tensor-core peak before the tile copies and P V's reads of V. Build with
+// -DDASHATTN_ATTEND_S_RS=0 for the shared-memory form.
+#ifndef DASHATTN_ATTEND_S_RS
+#define DASHATTN_ATTEND_S_RS 1
+#endif
+
 namespace dashattn::cuda {
 
 template <class Cfg>
@@ -562,6 +570,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     // Tiles none of the warpgroup's rows attend are waited for and released at once (one arrival per warp and
     // phase, as the producer expects).
     const uint32_t q_group = sQ_addr + uint32_t(warp / 4) * 64u * 128u;
+    // This warp's 16 rows of Q as the A fragments of every k-step (the A layout of warp w % 4 of its warpgroup
+    // is mma.sync's for rows 16 (w % 4) .. 16 (w % 4) + 15, which q_fragment reads). Never written again, so
+    // the wgmmas that read them need no wait before the registers change.
+    constexpr bool kSFromRegisters = DASHATTN_ATTEND_S_RS != 0;
+    uint32_t qa[kSFromRegisters ? Cfg::kKSteps : 1][4];
+    if constexpr (kSFromRegisters) {
+#pragma unroll
+      for (int kk = 0; kk < Cfg::kKSteps; ++kk) q_fragment(kk, qa[kk]);
+    }
     struct Tile {
       int it, stage;
       int64_t tile;
@@ -590,9 +607,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       for (int kk = 0; kk < Cfg::kKSteps; ++kk) {
         // K-major operands; a k-step of 16 columns is 32 bytes into the 128-byte block.
         const uint32_t col = uint32_t(kk % 4) * 32u;
-        const uint64_t da = wgmma::desc_sw128(q_group + kQBlockBytes * (kk / 4) + col, 16u, 1024u);
         const uint64_t db = wgmma::desc_sw128(sK_addr + Cfg::kBlockBytes * (kk / 4) + col, 16u, 1024u);
-        wgmma::mma_64x64x16_ss<Element>(s, da, db, kk > 0 ? 1 : 0);
+        if constexpr (kSFromRegisters) {
+          wgmma::mma_64x64x16_rs<Element>(s, qa[kk], db, kk > 0 ? 1 : 0);
+        } else {
+          const uint64_t da = wgmma::desc_sw128(q_group + kQBlockBytes * (kk / 4) + col, 16u, 1024u);
+          wgmma::mma_64x64x16_ss<Element>(s, da, db, kk > 0 ? 1 : 0);
+        }
       }
       wgmma::commit();
     };

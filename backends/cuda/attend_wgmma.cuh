@@ -4,7 +4,8 @@
 //
 // Operand layouts (PTX ISA, "Asynchronous Warpgroup Level Matrix Shared Memory Layout"): the K/V tiles and Q sit
 // in shared memory as column blocks of 64 elements, [rows][128 bytes] each, 16-byte pieces XOR-swizzled by
-// row % 8 (the 128-byte swizzle; the tensor copies write exactly this). S = Q K^T reads both K-major; O += P V
+// row % 8 (the 128-byte swizzle; the tensor copies write exactly this). S = Q K^T reads K (and, in the
+// shared-memory form, Q) K-major, or takes Q from registers in mma.sync's A-fragment layout; O += P V
 // takes P from registers (the accumulator layout of S is the register-A layout of the next MMA, as with
 // mma.sync) and V MN-major (transposed). Accumulator registers per thread are laid out like mma.sync's
 // m16n8 C fragments, one per 8 columns, so the softmax code is shared with the mma.sync path.
@@ -68,6 +69,10 @@ __device__ __forceinline__ bool warpgroup_any(bool p, int id) {
 // S (64 x 64, f32) = or += A (64 x 16, K-major in shared memory) * B (16 x 64, K-major in shared memory).
 template <typename Element>
 __device__ __forceinline__ void mma_64x64x16_ss(float (&d)[8][4], uint64_t desc_a, uint64_t desc_b, int accumulate);
+// S (64 x 64, f32) = or += A (64 x 16, registers) * B (16 x 64, K-major in shared memory). Each warp of the
+// warpgroup holds its 16 rows of A in the A-fragment layout of mma.sync m16n8k16.
+template <typename Element>
+__device__ __forceinline__ void mma_64x64x16_rs(float (&d)[8][4], const uint32_t (&a)[4], uint64_t desc_b, int accumulate);
 // O (64 x 128, f32) += A (64 x 16, registers) * B (16 x 128, MN-major in shared memory).
 template <typename Element>
 __device__ __forceinline__ void mma_64x128x16_rs(float (&d)[16][4], const uint32_t (&a)[4], uint64_t desc_b);
@@ -81,6 +86,17 @@ __device__ __forceinline__ void mma_64x64x16_ss<__nv_bfloat16>(float (&d)[8][4],
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
       : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
       : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+#endif
+}
+template <>
+__device__ __forceinline__ void mma_64x64x16_rs<__nv_bfloat16>(float (&d)[8][4], const uint32_t (&a)[4], uint64_t desc_b,
+                                                      int accumulate) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
 #endif
 }
 template <>
@@ -103,6 +119,17 @@ __device__ __forceinline__ void mma_64x64x16_ss<__half>(float (&d)[8][4], uint64
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
       : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
       : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+#endif
+}
+template <>
+__device__ __forceinline__ void mma_64x64x16_rs<__half>(float (&d)[8][4], const uint32_t (&a)[4], uint64_t desc_b,
+                                                      int accumulate) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
 #endif
 }
 template <>
