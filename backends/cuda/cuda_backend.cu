@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -78,6 +79,11 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override {
     for (auto& w : dense_workspace_) {
       if (w.ptr) cudaFree(w.ptr);
+    }
+    for (auto& b : beside_) {
+      if (b.stream) cudaStreamDestroy(b.stream);
+      if (b.fork) cudaEventDestroy(b.fork);
+      if (b.join) cudaEventDestroy(b.join);
     }
   }
 
@@ -242,6 +248,45 @@ class CudaBackend final : public Backend {
  protected:
   size_t attend_scratch_bytes(const ProblemShape& s) const override { return attend_workspace_bytes(s); }
 
+  // A decode step's Stage 0 (one small kernel, latency-bound) on a second stream beside Stages 1 and 2: forked
+  // from the caller's stream by an event and joined back the same way, so the step still orders as one unit on
+  // that stream and stays capturable in a CUDA graph (the fork and join become graph edges).
+  void summarize_beside(const SummarizeParams& sp, const std::function<void()>& later_stages) override {
+    const int device = sp.k.device.index;
+    if (device < 0 || device >= kMaxDevices) {
+      Backend::summarize_beside(sp, later_stages);
+      return;
+    }
+    DeviceGuard guard(device);
+    const cudaStream_t main = as_stream(sp.stream);
+    // One fork/join at a time per device: the side stream and its events are shared by the callers' streams.
+    std::lock_guard<std::mutex> lock(beside_mutex_[device]);
+    Beside& b = beside_[device];
+    if (b.stream == nullptr) {
+      DASHATTN_CUDA_CHECK(cudaStreamCreateWithFlags(&b.stream, cudaStreamNonBlocking));
+      DASHATTN_CUDA_CHECK(cudaEventCreateWithFlags(&b.fork, cudaEventDisableTiming));
+      DASHATTN_CUDA_CHECK(cudaEventCreateWithFlags(&b.join, cudaEventDisableTiming));
+    }
+    DASHATTN_CUDA_CHECK(cudaEventRecord(b.fork, main));
+    DASHATTN_CUDA_CHECK(cudaStreamWaitEvent(b.stream, b.fork, 0));
+    // Whatever happens next, the side stream is joined back (a capture with an unjoined stream cannot end).
+    auto join = [&]() {
+      cudaEventRecord(b.join, b.stream);
+      cudaStreamWaitEvent(main, b.join, 0);
+    };
+    try {
+      SummarizeParams side = sp;
+      side.stream = b.stream;
+      launch_summarize(side, b.stream);
+      later_stages();
+    } catch (...) {
+      join();
+      throw;
+    }
+    DASHATTN_CUDA_CHECK(cudaEventRecord(b.join, b.stream));
+    DASHATTN_CUDA_CHECK(cudaStreamWaitEvent(main, b.join, 0));
+  }
+
   void attend_with_scratch(const AttendParams& p, const ProblemShape& s, void* scratch, size_t bytes) override {
     launch_attend(p, s, scratch, bytes, as_stream(p.stream));
   }
@@ -268,8 +313,16 @@ class CudaBackend final : public Backend {
     return w.ptr;
   }
 
+  static constexpr int kMaxDevices = 16;
+  struct Beside {
+    cudaStream_t stream = nullptr;
+    cudaEvent_t fork = nullptr, join = nullptr;
+  };
+
   std::mutex mutex_;
-  Scratch dense_workspace_[16];
+  Scratch dense_workspace_[kMaxDevices];
+  std::mutex beside_mutex_[kMaxDevices];
+  Beside beside_[kMaxDevices];
 };
 
 }  // namespace

@@ -20,6 +20,11 @@ size_t Backend::attend_scratch_bytes(const ProblemShape&) const { return 0; }
 
 void Backend::attend_with_scratch(const AttendParams& p, const ProblemShape&, void*, size_t) { attend(p); }
 
+void Backend::summarize_beside(const SummarizeParams& sp, const std::function<void()>& later_stages) {
+  summarize(sp);
+  later_stages();
+}
+
 size_t Backend::workspace_size(const ForwardParams& p) const {
   const ProblemShape s = forward_shape(p);
   const size_t scratch = attend_scratch_bytes(s);
@@ -65,31 +70,42 @@ void Backend::forward(const ForwardParams& p) {
   sp.batch = f.batch;
   sp.method = f.method;
   sp.stream = f.stream;
-  summarize(sp);
 
-  RouteParams rp;
-  rp.q = f.q;
-  rp.summaries = f.summaries;
-  rp.n_k = s.n_k;
-  rp.batch = f.batch;
-  rp.method = f.method;
-  rp.routing = f.routing;
-  rp.stream = f.stream;
-  route(rp);
+  auto later_stages = [&]() {
+    RouteParams rp;
+    rp.q = f.q;
+    rp.summaries = f.summaries;
+    rp.n_k = s.n_k;
+    rp.batch = f.batch;
+    rp.method = f.method;
+    rp.routing = f.routing;
+    rp.stream = f.stream;
+    route(rp);
 
-  AttendParams ap;
-  ap.q = f.q;
-  ap.k = f.k;
-  ap.v = f.v;
-  ap.summaries = f.summaries;
-  ap.routing = f.routing;
-  ap.o = f.o;
-  ap.lse = f.lse;
-  ap.batch = f.batch;
-  ap.method = f.method;
-  ap.stream = f.stream;
-  void* scratch = scratch_bytes > 0 ? static_cast<char*>(ws) + core_bytes : nullptr;
-  attend_with_scratch(ap, s, scratch, scratch_bytes);
+    AttendParams ap;
+    ap.q = f.q;
+    ap.k = f.k;
+    ap.v = f.v;
+    ap.summaries = f.summaries;
+    ap.routing = f.routing;
+    ap.o = f.o;
+    ap.lse = f.lse;
+    ap.batch = f.batch;
+    ap.method = f.method;
+    ap.stream = f.stream;
+    void* scratch = scratch_bytes > 0 ? static_cast<char*>(ws) + core_bytes : nullptr;
+    attend_with_scratch(ap, s, scratch, scratch_bytes);
+  };
+  // Stages 1 and 2 read the summaries of chunks before each query's own chunk only. When every chunk this call
+  // completes lies at or after the last query's chunk (a decode step of one token per sequence), nothing later
+  // reads Stage 0's output and the backend may overlap it with them.
+  const int64_t last_query_chunk = s.n_k > 0 ? (s.n_k - 1) / s.chunk : 0;
+  if (f.summaries_valid >= last_query_chunk) {
+    summarize_beside(sp, later_stages);
+  } else {
+    summarize(sp);
+    later_stages();
+  }
 }
 
 }  // namespace dashattn
