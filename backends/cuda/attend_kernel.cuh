@@ -72,6 +72,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   uint32_t* sUnion = reinterpret_cast<uint32_t*>(smem_raw + Cfg::kFixedBytes);
   const uint32_t full_bar = mma::smem_addr(sBar);             // + 8 * stage
   const uint32_t empty_bar = full_bar + 8u * kStages;         // + 8 * stage
+  // Chained launch: nothing global is read or written before the previous kernel (routing, or whatever wrote
+  // q, k, v) has completed.
+  wait_for_previous_grid();
+  allow_dependent_launch();
 
   const int tid = threadIdx.x;
   const int warp = tid / 32;
