@@ -13,8 +13,6 @@ namespace dashattn::cuda {
 // Empty splits (lse = -inf) weigh nothing; a row with no keys at all (padding) gets o = 0, lse = -inf.
 template <int kHeadDim>
 __global__ void combine_splits_kernel(const AttendArgs a) {
-  wait_for_previous_grid();  // the partials of the attend kernel
-  allow_dependent_launch();
   const int lane = threadIdx.x % 32;
   const int64_t row_id = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   const int64_t split_rows = int64_t(a.num_seqs) * a.h_q * a.batch.padded_n_q;

@@ -72,10 +72,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   uint32_t* sUnion = reinterpret_cast<uint32_t*>(smem_raw + Cfg::kFixedBytes);
   const uint32_t full_bar = mma::smem_addr(sBar);             // + 8 * stage
   const uint32_t empty_bar = full_bar + 8u * kStages;         // + 8 * stage
-  // Chained launch: nothing global is read or written before the previous kernel (routing, or whatever wrote
-  // q, k, v) has completed.
-  wait_for_previous_grid();
-  allow_dependent_launch();
 
   const int tid = threadIdx.x;
   const int warp = tid / 32;
@@ -97,8 +93,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
       mma::mbar_init(full_bar + 8u * s, 32u);                 // the producer warp's 32 lanes (+ copy completion)
-      // One arrival per consumer warp, or with the tile split by the one warp whose turn the tile was.
-      mma::mbar_init(empty_bar + 8u * s, uint32_t(Cfg::kTileSplit ? 1 : Cfg::kWarps));
+      // Every lane of every consumer warp arrives (with the tile split, of the one warp whose turn the tile was):
+      // an arrival releases only its own thread's reads of the stage, so one lane per warp would leave the
+      // others' reads unordered against the producer's next writes.
+      mma::mbar_init(empty_bar + 8u * s, uint32_t(Cfg::kTileSplit ? 32 : Cfg::kWarps * 32));
     }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     mma::fence_barrier_init();
@@ -562,16 +560,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       pa[j][3] = mma::pack2<Element>(s[2 * j + 1][2], s[2 * j + 1][3]);
     }
   };
-  auto release_stage = [&](int stage) {
-    __syncwarp();
-    if (lane == 0) mma::mbar_arrive(empty_bar + 8u * stage);
-  };
+  auto release_stage = [&](int stage) { mma::mbar_arrive(empty_bar + 8u * stage); };
 
   if (use_warpgroups) {
     // Warpgroup path, software-pipelined over the tiles the warpgroup attends: S = Q K^T of the next tile is
     // issued before P V of the current one, so the tensor cores work on both while the warps run the next
     // tile's softmax; O is rescaled only once that P V has completed. A stage is released after its P V.
-    // Tiles none of the warpgroup's rows attend are waited for and released at once (one arrival per warp and
+    // Tiles none of the warpgroup's rows attend are waited for and released at once (one arrival per lane and
     // phase, as the producer expects).
     const uint32_t q_group = sQ_addr + uint32_t(warp / 4) * 64u * 128u;
     // This warp's 16 rows of Q as the A fragments of every k-step (the A layout of warp w % 4 of its warpgroup
@@ -674,7 +669,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       const uint64_t keys_b = row_tile_keys(row_b.route, words_b, tile, a.chunk, a.log2_chunk, a.dense);
       const bool need = __any_sync(0xffffffffu, (keys_a | keys_b) != 0ull);
       // Every warp waits for the tile, computing or not: a warp may release a stage only after the round it
-      // releases was filled, which keeps exactly one arrival per warp in each phase of the empty barrier.
+      // releases was filled, which keeps exactly one arrival per lane in each phase of the empty barrier.
       mma::mbar_wait(full_bar + 8u * stage, parity);
       if (need) {
         const uint32_t sK_addr = sRing_addr + uint32_t(stage) * 2u * kTileBytes;

@@ -74,13 +74,13 @@ void launch_attend_instance(AttendArgs args, bool allow_tma, cudaStream_t stream
   args.use_tma = allow_tma && major >= 9 && make_kv_tensor_map(args.k, kDType, Cfg::kHeadDim, &tmap_k) &&
                  make_kv_tensor_map(args.v, kDType, Cfg::kHeadDim, &tmap_v);
   const dim3 grid(unsigned(m_blocks), unsigned(heads), unsigned(args.num_splits));
-  launch_chained(attend_kernel<Cfg>, grid, dim3(Cfg::kThreads), smem, stream, args, tmap_k, tmap_v);
+  attend_kernel<Cfg><<<grid, Cfg::kThreads, smem, stream>>>(args, tmap_k, tmap_v);
   DASHATTN_CUDA_CHECK_LAUNCH();
   if (args.num_splits > 1) {
     const int64_t split_rows = int64_t(args.num_seqs) * args.h_q * args.batch.padded_n_q;
     constexpr int kRowsPerBlock = 4;
-    launch_chained(combine_splits_kernel<Cfg::kHeadDim>, dim3(unsigned(ceil_div(split_rows, kRowsPerBlock))),
-                   dim3(kRowsPerBlock * 32), 0, stream, args);
+    combine_splits_kernel<Cfg::kHeadDim>
+        <<<unsigned(ceil_div(split_rows, kRowsPerBlock)), kRowsPerBlock * 32, 0, stream>>>(args);
     DASHATTN_CUDA_CHECK_LAUNCH();
   }
 }

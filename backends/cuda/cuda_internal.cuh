@@ -31,7 +31,6 @@
 #include <cstdint>
 #include <string>
 #include <type_traits>
-#include <utility>
 
 #include "dashattn/dtype.h"
 #include "dashattn/error.h"
@@ -120,58 +119,6 @@ bool dispatch_instance(int64_t d, DType dtype, Fn&& fn) {
   DASHATTN_CUDA_INSTANCES(DASHATTN_DISPATCH_ONE)
 #undef DASHATTN_DISPATCH_ONE
   return false;
-}
-
-// ---------------------------------------------------------------------------------------------------------------
-// Programmatic dependent launch (sm_90): a decode step is a chain of short kernels, and each launch's start-up
-// (grid setup, CTA rasterization) used to begin only when the previous kernel had finished. Kernels of the chain
-// are launched with programmatic stream serialization, let their dependents launch as soon as all their own CTAs
-// run, and wait for the previous grid (its completion and memory) before touching global memory. Launched the
-// ordinary way, or before sm_90, both instructions do nothing.
-// ---------------------------------------------------------------------------------------------------------------
-
-__device__ __forceinline__ void wait_for_previous_grid() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void allow_dependent_launch() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-#endif
-}
-
-// The launch attribute for the above when the current device has it (compute capability 9 and later).
-inline bool programmatic_launch_supported() {
-  int device = 0, major = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
-  }
-  return major >= 9;
-}
-inline void set_programmatic_launch(cudaLaunchAttribute& attr) {
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
-}
-
-// kernel<<<grid, block, smem, stream>>>(args...), as a programmatic dependent launch where supported.
-template <typename... KernelArgs, typename... Args>
-void launch_chained(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                    Args&&... args) {
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  if (programmatic_launch_supported()) {
-    set_programmatic_launch(attr[0]);
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-  }
-  DASHATTN_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
 }
 
 // Comma-separated list of the instantiated head dims, for messages ("64, 128, 256").

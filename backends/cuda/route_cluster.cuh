@@ -234,9 +234,6 @@ __device__ __forceinline__ double warp_entmax_threshold(const float* x, int n, d
 template <int kHeadDim, typename T>
 __global__ void __launch_bounds__(kThreads, 3) route_cluster_kernel(RouteArgs a, ClusterArgs ca) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  // Chained launch (cuda_internal.cuh): q and the summaries may come from the kernels just before this one.
-  wait_for_previous_grid();
-  allow_dependent_launch();
   namespace cg = cooperative_groups;
   using C = Config<kHeadDim>;
   using S = ClusterSmem<kHeadDim>;

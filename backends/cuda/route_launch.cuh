@@ -68,14 +68,13 @@ bool launch_cluster_route(const RouteArgs& a, const ProblemShape& s, cudaStream_
   cfg.blockDim = dim3(kThreads);
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
-  cudaLaunchAttribute attr[2];
+  cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeClusterDimension;
   attr[0].val.clusterDim.x = static_cast<unsigned>(ctas);
   attr[0].val.clusterDim.y = 1;
   attr[0].val.clusterDim.z = 1;
-  set_programmatic_launch(attr[1]);  // clusters exist from sm_90 on, and so does the chained launch
   cfg.attrs = attr;
-  cfg.numAttrs = 2;
+  cfg.numAttrs = 1;
   DASHATTN_CUDA_CHECK(cudaLaunchKernelEx(&cfg, route_cluster_kernel<kHeadDim, T>, a, ca));
   DASHATTN_CUDA_CHECK_LAUNCH();
   const bool lengths_on_device = a.batch.cu_seqlens_q != nullptr || a.batch.cu_seqlens_k != nullptr ||
