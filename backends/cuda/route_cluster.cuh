@@ -199,32 +199,17 @@ __device__ __forceinline__ double warp_entmax_threshold(const float* x, int n, d
       below = fmax(below, __shfl_xor_sync(full, below, off));
       above = fmin(above, __shfl_xor_sync(full, above, off));
     }
-    // From here on as entmax_threshold's loop (every lane holds the same values).
-    double delta;
-    bool ok = true;
-    if (is2) {
-      delta = (s1 - 1.0) / k;
-    } else {
-      const double disc = s1 * s1 - k * (s2 - 1.0);
-      if (disc < 0) {
-        ok = false;
-        delta = 0;
-      } else {
-        const double root = sqrt(disc);
-        delta = (s1 > 0) ? (s2 - 1.0) / (s1 + root) : (s1 - root) / k;
-      }
-    }
-    const double tq = t + delta;
-    if (ok && tq >= below && tq < above) return m + tq;
-    const double f = is2 ? s1 - 1.0 : s2 - 1.0;
-    if (f > 0) lo = t; else hi = t;
-    double next = ok ? tq : 0.5 * (lo + hi);
-    if (!(next > lo && next < hi)) next = 0.5 * (lo + hi);
-    if (next == t || hi - lo <= 1e-15 * (1.0 + fabs(hi))) {
-      t = next;
-      break;
-    }
-    t = next;
+    // From here on entmax_threshold's own step (every lane holds the same values).
+    detail::PassSums ps;
+    ps.k = k;
+    ps.s1 = s1;
+    ps.s2 = s2;
+    ps.below = below;
+    ps.above = above;
+    double root;
+    bool stop = false;
+    if (detail::piece_root_step(ps, is2, t, lo, hi, &root, &stop)) return m + root;
+    if (stop) break;
   }
   return m + t;
 }

@@ -68,6 +68,43 @@ DASHATTN_HD PassSums pass(const Values& x, int n, double m, double t, double p, 
   return s;
 }
 
+// One iteration of the exact solve for α = 1.5 or 2, given the pass sums at trial t (relative to the row maximum):
+// the closed-form root of the weight sum restricted to the current support, in δ = τ − t. Returns true with
+// *root = t + δ when that root lies on the support's own interval; otherwise narrows [lo, hi), moves t, and sets
+// *stop once the bracket is exhausted. Shared by every solver so that their τ agree bit for bit.
+DASHATTN_HD bool piece_root_step(const PassSums& s, bool is2, double& t, double& lo, double& hi, double* root,
+                                 bool* stop) {
+  double delta;
+  bool ok = true;
+  if (is2) {
+    delta = (s.s1 - 1.0) / s.k;
+  } else {
+    const double disc = s.s1 * s.s1 - s.k * (s.s2 - 1.0);
+    if (disc < 0) {
+      ok = false;
+      delta = 0;
+    } else {
+      const double r = sqrt(disc);
+      // Smaller root of k·δ² − 2·S1·δ + (S2 − 1) = 0; the conjugate form avoids cancellation near S2 = 1.
+      delta = (s.s1 > 0) ? (s.s2 - 1.0) / (s.s1 + r) : (s.s1 - r) / s.k;
+    }
+  }
+  const double tq = t + delta;
+  if (ok && tq >= s.below && tq < s.above) {
+    *root = tq;
+    return true;
+  }
+  const double f = is2 ? s.s1 - 1.0 : s.s2 - 1.0;
+  if (f > 0) lo = t; else hi = t;
+  // From the left the piecewise-polynomial sum is convex and decreasing, so the piece root never overshoots the
+  // true τ by much; clamp into the bracket and fall back to bisection if it does not move.
+  double next = ok ? tq : 0.5 * (lo + hi);
+  if (!(next > lo && next < hi)) next = 0.5 * (lo + hi);
+  *stop = next == t || hi - lo <= 1e-15 * (1.0 + fabs(hi));
+  t = next;
+  return false;
+}
+
 }  // namespace detail
 
 // Weight of one element given the threshold: [x − τ]_+^{1/(α−1)}, in float like every backend computes it.
@@ -124,39 +161,14 @@ DASHATTN_HD EntmaxThreshold entmax_threshold(const Values& x, int n, double alph
     const detail::PassSums s = detail::pass(x, n, m, t, p, !(is15 || is2));
     r.iterations = it + 1;
     if (is15 || is2) {
-      // Closed-form root of the weight sum restricted to the current support, in δ = τ − t.
-      double delta;
-      bool ok = true;
-      if (is2) {
-        delta = (s.s1 - 1.0) / s.k;
-      } else {
-        const double disc = s.s1 * s.s1 - s.k * (s.s2 - 1.0);
-        if (disc < 0) {
-          ok = false;
-          delta = 0;
-        } else {
-          const double root = sqrt(disc);
-          // Smaller root of k·δ² − 2·S1·δ + (S2 − 1) = 0; the conjugate form avoids cancellation near S2 = 1.
-          delta = (s.s1 > 0) ? (s.s2 - 1.0) / (s.s1 + root) : (s.s1 - root) / s.k;
-        }
-      }
-      const double tq = t + delta;
-      if (ok && tq >= s.below && tq < s.above) {
-        r.tau = m + tq;
+      double root;
+      bool stop = false;
+      if (detail::piece_root_step(s, is2, t, lo, hi, &root, &stop)) {
+        r.tau = m + root;
         r.support = s.k;
         return r;
       }
-      const double f = is2 ? s.s1 - 1.0 : s.s2 - 1.0;
-      if (f > 0) lo = t; else hi = t;
-      // From the left the piecewise-polynomial sum is convex and decreasing, so the piece root never overshoots
-      // the true τ by much; clamp into the bracket and fall back to bisection if it does not move.
-      double next = ok ? tq : 0.5 * (lo + hi);
-      if (!(next > lo && next < hi)) next = 0.5 * (lo + hi);
-      if (next == t || hi - lo <= 1e-15 * (1.0 + fabs(hi))) {
-        t = next;
-        break;
-      }
-      t = next;
+      if (stop) break;
     } else {
       const double f = s.sp - 1.0;
       if (fabs(f) <= 1e-12) break;  // t itself is the root to double precision
