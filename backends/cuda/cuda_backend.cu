@@ -252,12 +252,12 @@ class CudaBackend final : public Backend {
   // from the caller's stream by an event and joined back the same way, so the step still orders as one unit on
   // that stream and stays capturable in a CUDA graph (the fork and join become graph edges).
   void summarize_beside(const SummarizeParams& sp, const std::function<void()>& later_stages) override {
+    // Called from forward(), whose guard has made the tensors' device current.
     const int device = sp.k.device.index;
     if (device < 0 || device >= kMaxDevices) {
       Backend::summarize_beside(sp, later_stages);
       return;
     }
-    DeviceGuard guard(device);
     const cudaStream_t main = as_stream(sp.stream);
     // One fork/join at a time per device: the side stream and its events are shared by the callers' streams.
     std::lock_guard<std::mutex> lock(beside_mutex_[device]);
@@ -269,22 +269,19 @@ class CudaBackend final : public Backend {
     }
     DASHATTN_CUDA_CHECK(cudaEventRecord(b.fork, main));
     DASHATTN_CUDA_CHECK(cudaStreamWaitEvent(b.stream, b.fork, 0));
-    // Whatever happens next, the side stream is joined back (a capture with an unjoined stream cannot end).
     auto join = [&]() {
-      cudaEventRecord(b.join, b.stream);
-      cudaStreamWaitEvent(main, b.join, 0);
+      cudaError_t err = cudaEventRecord(b.join, b.stream);
+      if (err == cudaSuccess) err = cudaStreamWaitEvent(main, b.join, 0);
+      return err;
     };
     try {
-      SummarizeParams side = sp;
-      side.stream = b.stream;
-      launch_summarize(side, b.stream);
+      launch_summarize(sp, b.stream);
       later_stages();
     } catch (...) {
-      join();
+      join();  // whatever happened, the side stream is joined back: a capture with an unjoined stream cannot end
       throw;
     }
-    DASHATTN_CUDA_CHECK(cudaEventRecord(b.join, b.stream));
-    DASHATTN_CUDA_CHECK(cudaStreamWaitEvent(main, b.join, 0));
+    DASHATTN_CUDA_CHECK(join());
   }
 
   void attend_with_scratch(const AttendParams& p, const ProblemShape& s, void* scratch, size_t bytes) override {

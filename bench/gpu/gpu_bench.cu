@@ -294,29 +294,26 @@ Row bench_decode(Backend& be, const Options& o, int64_t n, cudaStream_t st) {
     const double ms = time_ms(st, o.reps * 3, [&](cudaStream_t s2) { cuda::launch_attend(apn, shape, ws.p, ws.bytes, s2); });
     row.s2_token.push_back(ms);
     emit("decode", n, "stage2_token", ms, "\"s\":" + std::to_string(s) + ",\"kept\":" + std::to_string(kept));
-    // As the library's forward() runs a one-token step: Stage 0 (whose chunk no stage of this step reads) on a
-    // side stream beside Stages 1 and 2, joined back by an event.
-    const double step = time_ms(st, o.reps * 3, [&](cudaStream_t s2) {
-      CK(cudaEventRecord(fork, s2));
-      CK(cudaStreamWaitEvent(side, fork, 0));
-      sp.stream = side;
+    // The step: Stage 0 on `s0` (the step's stream, or a side stream forked from it and joined back, as the
+    // library's forward() runs a one-token step, whose new chunk no stage of the step reads), Stages 1 and 2 on s2.
+    auto run_step = [&](cudaStream_t s2, bool beside) {
+      if (beside) {
+        CK(cudaEventRecord(fork, s2));
+        CK(cudaStreamWaitEvent(side, fork, 0));
+      }
+      sp.stream = beside ? side : s2;
       summarize(be, sp);
-      CK(cudaEventRecord(join, side));
+      if (beside) CK(cudaEventRecord(join, side));
       rp_step.stream = s2;
       route(be, rp_step);
       cuda::launch_attend(apn, shape, ws.p, ws.bytes, s2);
-      CK(cudaStreamWaitEvent(s2, join, 0));
-    });
+      if (beside) CK(cudaStreamWaitEvent(s2, join, 0));
+    };
+    const double step = time_ms(st, o.reps * 3, [&](cudaStream_t s2) { run_step(s2, true); });
     row.step.push_back(step);
     emit("decode", n, "step", step, "\"s\":" + std::to_string(s));
     // The same three stages in order on one stream, for comparison.
-    const double serial = time_ms(st, o.reps * 3, [&](cudaStream_t s2) {
-      sp.stream = s2;
-      summarize(be, sp);
-      rp_step.stream = s2;
-      route(be, rp_step);
-      cuda::launch_attend(apn, shape, ws.p, ws.bytes, s2);
-    });
+    const double serial = time_ms(st, o.reps * 3, [&](cudaStream_t s2) { run_step(s2, false); });
     emit("decode", n, "step_serial", serial, "\"s\":" + std::to_string(s));
   }
   CK(cudaEventDestroy(fork));
