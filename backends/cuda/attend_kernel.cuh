@@ -40,6 +40,7 @@
 #include "attend_combine.cuh"
 #include "attend_config.cuh"
 #include "attend_masks.cuh"
+#include "attend_phase_clocks.cuh"
 #include "attend_producer.cuh"
 #include "attend_wgmma.cuh"
 #include "mma_tiles.cuh"
@@ -51,6 +52,7 @@
 #ifndef DASHATTN_ATTEND_S_RS
 #define DASHATTN_ATTEND_S_RS 1
 #endif
+
 
 namespace dashattn::cuda {
 
@@ -89,6 +91,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   const int64_t first_token = row0 / g;
   const int64_t last_token = min((row0 + Cfg::kRows - 1) / g, sp.n_q - 1);
   const bool any_rows = row0 < rows_in_seq;
+  if (tid == 0) DASHATTN_ATTEND_MARK(0);
 
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
@@ -141,6 +144,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       }
     }
     __syncthreads();
+    if (tid == 0) DASHATTN_ATTEND_MARK(1);
     int local = 0;
     for (int w = tid; w < union_words; w += Cfg::kThreads) local += __popc(sUnion[w]);
     for (int off = 16; off > 0; off >>= 1) local += __shfl_xor_sync(0xffffffffu, local, off);
@@ -172,6 +176,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     const int64_t per = (total + a.num_splits - 1) / a.num_splits;
     tile_start = ::min(int64_t(split) * per, total);
     tile_count = ::min(per, total - tile_start);
+  }
+  if (tid == 0) {
+    DASHATTN_ATTEND_MARK(2);
+    phase_set_tiles(tile_count);
   }
 
   // Both roles start their cursor at the tile of rank tile_start.
@@ -269,6 +277,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     }
     __syncwarp();
   }
+  if (tid == 0) phase_mark_ready(7, row_tau_mu[0].x);
   const uint32_t sKbar_addr = mma::smem_addr(sKbar) + uint32_t(lane % 4) * (Cfg::kKbarRowElems * 2u) +
                               uint32_t(lane / 8) * 16u;
 
@@ -419,6 +428,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
         q_fragment(kk, qa);
         mma::mma_16816<Element>(x, qa, kbf[kk][0], kbf[kk][1]);
       }
+      if (tid == 0 && p0 == first) phase_mark_ready(8, x[0]);
       float ba0, ba1, bb0, bb1;
       group_bias(x, ba0, ba1, bb0, bb1);
 #pragma unroll
@@ -438,6 +448,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     __syncwarp();
     if constexpr (Cfg::kTileSplit) consumers_sync();  // each warp reads entries the others wrote
   }
+  if (tid == 0) DASHATTN_ATTEND_MARK(3);
 
   // One k-step of x += Q k̄^T for the per-tile bias; an ldmatrix of the stage's k̄ buffer covers two k-steps.
   auto bias_x = [&](int stage, float (&xb)[4]) {
@@ -671,6 +682,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       // Every warp waits for the tile, computing or not: a warp may release a stage only after the round it
       // releases was filled, which keeps exactly one arrival per lane in each phase of the empty barrier.
       mma::mbar_wait(full_bar + 8u * stage, parity);
+      if (tid == 0 && it == 0) DASHATTN_ATTEND_MARK(4);
       if (need) {
         const uint32_t sK_addr = sRing_addr + uint32_t(stage) * 2u * kTileBytes;
         const uint32_t sV_addr = sK_addr + kTileBytes;
@@ -720,6 +732,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     }
   }
 
+  if (tid == 0) DASHATTN_ATTEND_MARK(5);
   // Epilogue: finish the row sums across the quad, normalize, write o and lse (or the split partials).
   l_a += __shfl_xor_sync(0xffffffffu, l_a, 1);
   l_a += __shfl_xor_sync(0xffffffffu, l_a, 2);
@@ -735,7 +748,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   const float lse_a = l_a > 0.0f ? (m_a + log2f(l_a)) * kLn2 : -INFINITY;
   const float lse_b = l_b > 0.0f ? (m_b + log2f(l_b)) * kLn2 : -INFINITY;
   const bool varlen = a.batch.cu_seqlens_q != nullptr;
-
   auto write_row = [&](const RowInfo& ri, int half, float inv, float lse) {
     // Rows past the sequence: padding rows of a padded batch get o = 0 and lse = -inf; rows past the padded
     // length, or (varlen) rows that belong to the next sequence, are left alone.
@@ -781,6 +793,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   };
   write_row(row_a, 0, inv_a, lse_a);
   write_row(row_b, 1, inv_b, lse_b);
+  if (tid == 0) phase_finish();
 }
 
 }  // namespace dashattn::cuda

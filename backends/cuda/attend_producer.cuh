@@ -68,8 +68,16 @@ __device__ __forceinline__ void attend_produce(const AttendArgs& a, const Sequen
         const uint32_t dk = mma::smem_addr(sK), dv = mma::smem_addr(sV);
 #pragma unroll
         for (int cb = 0; cb < Cfg::kColBlocks; ++cb) {
-          mma::tma_load_4d(dk + cb * Cfg::kBlockBytes, &tmap_k, fb, cb * 64, row, kv_head, int(sp.batch_index));
-          mma::tma_load_4d(dv + cb * Cfg::kBlockBytes, &tmap_v, fb, cb * 64, row, kv_head, int(sp.batch_index));
+          if constexpr (Cfg::kTileSplit) {
+            // Decode: every K/V tile is read by exactly one CTA, once.
+            mma::tma_load_4d_evict_first(dk + cb * Cfg::kBlockBytes, &tmap_k, fb, cb * 64, row, kv_head,
+                                         int(sp.batch_index));
+            mma::tma_load_4d_evict_first(dv + cb * Cfg::kBlockBytes, &tmap_v, fb, cb * 64, row, kv_head,
+                                         int(sp.batch_index));
+          } else {
+            mma::tma_load_4d(dk + cb * Cfg::kBlockBytes, &tmap_k, fb, cb * 64, row, kv_head, int(sp.batch_index));
+            mma::tma_load_4d(dv + cb * Cfg::kBlockBytes, &tmap_v, fb, cb * 64, row, kv_head, int(sp.batch_index));
+          }
         }
       }
       copied = true;

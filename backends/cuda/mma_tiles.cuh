@@ -94,6 +94,19 @@ __device__ __forceinline__ void tma_load_4d(uint32_t smem_dst, const void* tenso
       "l"(reinterpret_cast<uint64_t>(tensor_map)), "r"(mbar), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
       : "memory");
 }
+
+// The same copy with an L2 evict-first policy: for data read once (a decode step's K/V stream), so that it does
+// not push out of L2 what the step reads again or soon (summaries, masks, the kernels' code).
+__device__ __forceinline__ void tma_load_4d_evict_first(uint32_t smem_dst, const void* tensor_map, uint32_t mbar,
+                                                        int c0, int c1, int c2, int c3) {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], "
+      "[%1, {%3, %4, %5, %6}], [%2], %7;\n" ::"r"(smem_dst),
+      "l"(reinterpret_cast<uint64_t>(tensor_map)), "r"(mbar), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "l"(policy)
+      : "memory");
+}
 #endif
 
 // Waits until the phase of the given parity has completed. On sm_90 try_wait lets the hardware park the warp for a

@@ -348,14 +348,21 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() { return std::string(i + 1 < argc ? argv[++i] : ""); };
-    if (a == "--sizes") {
-      o.sizes.clear();
-      std::string s = next();
+    // Comma-separated list of numbers.
+    auto list = [&](auto parse, auto& out) {
+      out.clear();
+      const std::string s = next();
       for (size_t p = 0; p < s.size();) {
-        size_t e = s.find(',', p);
-        o.sizes.push_back(std::stoll(s.substr(p, e - p)));
+        const size_t e = s.find(',', p);
+        out.push_back(parse(s.substr(p, e - p)));
         p = e == std::string::npos ? s.size() : e + 1;
       }
+    };
+    if (a == "--sizes") {
+      list([](const std::string& t) { return int64_t(std::stoll(t)); }, o.sizes);
+    } else if (a == "--sparsities") {
+      // e.g. 1 for the diagonal chunk alone: Stage 2's cost that does not scale with the attended keys.
+      list([](const std::string& t) { return std::stod(t); }, o.sparsities);
     } else if (a == "--reps") {
       o.reps = std::stoi(next());
     } else if (a == "--prefill-only") {
@@ -363,7 +370,8 @@ int main(int argc, char** argv) {
     } else if (a == "--decode-only") {
       o.prefill = false;
     } else {
-      std::fprintf(stderr, "usage: %s [--sizes 16384,32768,65536] [--reps 30] [--prefill-only|--decode-only]\n",
+      std::fprintf(stderr, "usage: %s [--sizes 16384,32768,65536] [--sparsities 0.75,0.875,0.9375] [--reps 30] "
+                   "[--prefill-only|--decode-only]\n",
                    argv[0]);
       return 2;
     }
