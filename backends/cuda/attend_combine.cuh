@@ -24,23 +24,39 @@ __global__ void combine_splits_kernel(const AttendArgs a) {
   const bool valid = token < sp.n_q;
   const bool varlen = a.batch.cu_seqlens_q != nullptr;
 
+  // The loads are issued ahead of their use (the maxima by lane, the partials eight splits at a time): a loop
+  // that tests each split's lse before loading its o row waits two L2 round trips per split, most of this
+  // kernel's time in a decode step. The arithmetic and its order are the same for any batching: lmax is an exact
+  // maximum, and the weights and o rows are accumulated in split order.
   float lmax = -INFINITY;
   if (valid)
-    for (int s = 0; s < a.num_splits; ++s) lmax = fmaxf(lmax, a.part_lse[s * split_rows + row_id]);
+    for (int s = lane; s < a.num_splits; s += 32) lmax = fmaxf(lmax, a.part_lse[s * split_rows + row_id]);
+  for (int off = 16; off > 0; off >>= 1) lmax = fmaxf(lmax, __shfl_xor_sync(0xffffffffu, lmax, off));
   constexpr int kPer = kHeadDim / 32;
+  constexpr int kBatch = 8;
   float acc[kPer];
 #pragma unroll
   for (int e = 0; e < kPer; ++e) acc[e] = 0.0f;
   float total = 0.0f;
   if (lmax != -INFINITY) {
-    for (int s = 0; s < a.num_splits; ++s) {
-      const float ls = a.part_lse[s * split_rows + row_id];
-      if (ls == -INFINITY) continue;
-      const float wgt = __expf(ls - lmax);
-      total += wgt;
-      const float* po = a.part_o + (s * split_rows + row_id) * kHeadDim;
+    for (int s0 = 0; s0 < a.num_splits; s0 += kBatch) {
+      float ls[kBatch], po[kBatch][kPer];
 #pragma unroll
-      for (int e = 0; e < kPer; ++e) acc[e] = fmaf(wgt, po[lane + 32 * e], acc[e]);
+      for (int j = 0; j < kBatch; ++j) {
+        const int s = s0 + j;
+        ls[j] = s < a.num_splits ? a.part_lse[s * split_rows + row_id] : -INFINITY;
+        const float* row = a.part_o + (int64_t(s < a.num_splits ? s : 0) * split_rows + row_id) * kHeadDim;
+#pragma unroll
+        for (int e = 0; e < kPer; ++e) po[j][e] = row[lane + 32 * e];
+      }
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) {
+        if (ls[j] == -INFINITY) continue;
+        const float wgt = __expf(ls[j] - lmax);
+        total += wgt;
+#pragma unroll
+        for (int e = 0; e < kPer; ++e) acc[e] = fmaf(wgt, po[j][e], acc[e]);
+      }
     }
   }
   const float inv = total > 0.0f ? 1.0f / total : 0.0f;

@@ -294,18 +294,22 @@ Row bench_decode(Backend& be, const Options& o, int64_t n, cudaStream_t st) {
     const double ms = time_ms(st, o.reps * 3, [&](cudaStream_t s2) { cuda::launch_attend(apn, shape, ws.p, ws.bytes, s2); });
     row.s2_token.push_back(ms);
     emit("decode", n, "stage2_token", ms, "\"s\":" + std::to_string(s) + ",\"kept\":" + std::to_string(kept));
-    // The step: Stage 0 on `s0` (the step's stream, or a side stream forked from it and joined back, as the
-    // library's forward() runs a one-token step, whose new chunk no stage of the step reads), Stages 1 and 2 on s2.
+    // The step: Stage 0 on the step's stream (serial), or, as the library's forward() runs a one-token step
+    // (whose new chunk no stage of the step reads), on a side stream forked after Stage 1 and joined back.
     auto run_step = [&](cudaStream_t s2, bool beside) {
+      if (!beside) {
+        sp.stream = s2;
+        summarize(be, sp);
+      }
+      rp_step.stream = s2;
+      route(be, rp_step);
       if (beside) {
         CK(cudaEventRecord(fork, s2));
         CK(cudaStreamWaitEvent(side, fork, 0));
+        sp.stream = side;
+        summarize(be, sp);
+        CK(cudaEventRecord(join, side));
       }
-      sp.stream = beside ? side : s2;
-      summarize(be, sp);
-      if (beside) CK(cudaEventRecord(join, side));
-      rp_step.stream = s2;
-      route(be, rp_step);
       cuda::launch_attend(apn, shape, ws.p, ws.bytes, s2);
       if (beside) CK(cudaStreamWaitEvent(s2, join, 0));
     };

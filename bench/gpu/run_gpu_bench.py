@@ -82,7 +82,7 @@ def main():
             out.append("")
             out.append("Decode, b = 24, one new token (S2 with split-KV; total = Stage 0+1 + S2, each stage timed as "
                        "its own graph; step = the three stages captured as one graph, as an engine replays a step, with "
-                       "Stage 0 beside Stages 1-2 as forward() runs it; "
+                       "Stage 0 beside Stage 2 as forward() runs it; "
                        "speedup = best dense / total and / step):")
             out.append("")
             out.append("| N | cuDNN | FA2 | ours dense | Stage 0+1 | real sparsity | " +

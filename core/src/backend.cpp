@@ -20,9 +20,11 @@ size_t Backend::attend_scratch_bytes(const ProblemShape&) const { return 0; }
 
 void Backend::attend_with_scratch(const AttendParams& p, const ProblemShape&, void*, size_t) { attend(p); }
 
-void Backend::summarize_beside(const SummarizeParams& sp, const std::function<void()>& later_stages) {
+void Backend::summarize_beside(const SummarizeParams& sp, const std::function<void()>& stage1,
+                               const std::function<void()>& stage2) {
   summarize(sp);
-  later_stages();
+  stage1();
+  stage2();
 }
 
 size_t Backend::workspace_size(const ForwardParams& p) const {
@@ -71,7 +73,7 @@ void Backend::forward(const ForwardParams& p) {
   sp.method = f.method;
   sp.stream = f.stream;
 
-  auto later_stages = [&]() {
+  auto stage1 = [&]() {
     RouteParams rp;
     rp.q = f.q;
     rp.summaries = f.summaries;
@@ -81,7 +83,8 @@ void Backend::forward(const ForwardParams& p) {
     rp.routing = f.routing;
     rp.stream = f.stream;
     route(rp);
-
+  };
+  auto stage2 = [&]() {
     AttendParams ap;
     ap.q = f.q;
     ap.k = f.k;
@@ -101,10 +104,11 @@ void Backend::forward(const ForwardParams& p) {
   // reads Stage 0's output and the backend may overlap it with them.
   const int64_t last_query_chunk = s.n_k > 0 ? (s.n_k - 1) / s.chunk : 0;
   if (f.summaries_valid >= last_query_chunk) {
-    summarize_beside(sp, later_stages);
+    summarize_beside(sp, stage1, stage2);
   } else {
     summarize(sp);
-    later_stages();
+    stage1();
+    stage2();
   }
 }
 

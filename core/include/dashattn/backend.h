@@ -59,11 +59,12 @@ class Backend {
   // from the caller's workspace without allocating. The default needs none and calls attend().
   virtual size_t attend_scratch_bytes(const ProblemShape& s) const;
   virtual void attend_with_scratch(const AttendParams& p, const ProblemShape& s, void* scratch, size_t bytes);
-  // Stage 0 (sp) and then `later_stages` (Stages 1 and 2), called by forward() when neither reads what Stage 0
-  // writes: a decode step's new chunk is its own query's diagonal chunk, which routing never scores. A GPU backend
-  // may run Stage 0 beside the other stages; by the time this returns, all of it is ordered before any later
-  // work on the caller's stream. The default runs them in order.
-  virtual void summarize_beside(const SummarizeParams& sp, const std::function<void()>& later_stages);
+  // Stage 0 (sp), Stage 1 (`stage1`) and Stage 2 (`stage2`), called by forward() when neither later stage reads
+  // what Stage 0 writes: a decode step's new chunk is its own query's diagonal chunk, which routing never scores
+  // and Stage 2 reads only as keys. A GPU backend may run Stage 0 beside the other stages; by the time this
+  // returns, all of it is ordered before any later work on the caller's stream. The default runs them in order.
+  virtual void summarize_beside(const SummarizeParams& sp, const std::function<void()>& stage1,
+                                const std::function<void()>& stage2);
 };
 
 class Registry {
