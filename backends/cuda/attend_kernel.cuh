@@ -40,7 +40,7 @@
 #include "attend_combine.cuh"
 #include "attend_config.cuh"
 #include "attend_masks.cuh"
-#include "attend_phase_clocks.cuh"
+#include "phase_clocks.cuh"
 #include "attend_producer.cuh"
 #include "attend_wgmma.cuh"
 #include "mma_tiles.cuh"
@@ -91,7 +91,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   const int64_t first_token = row0 / g;
   const int64_t last_token = min((row0 + Cfg::kRows - 1) / g, sp.n_q - 1);
   const bool any_rows = row0 < rows_in_seq;
-  if (tid == 0) DASHATTN_ATTEND_MARK(0);
+  if (tid == 0) phase_mark(PhaseKernel::kAttend, 0);
 
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
@@ -144,7 +144,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       }
     }
     __syncthreads();
-    if (tid == 0) DASHATTN_ATTEND_MARK(1);
+    if (tid == 0) phase_mark(PhaseKernel::kAttend, 1);
     int local = 0;
     for (int w = tid; w < union_words; w += Cfg::kThreads) local += __popc(sUnion[w]);
     for (int off = 16; off > 0; off >>= 1) local += __shfl_xor_sync(0xffffffffu, local, off);
@@ -178,8 +178,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     tile_count = ::min(per, total - tile_start);
   }
   if (tid == 0) {
-    DASHATTN_ATTEND_MARK(2);
-    phase_set_tiles(tile_count);
+    phase_mark(PhaseKernel::kAttend, 2);
+    phase_set_active(PhaseKernel::kAttend, tile_count > 0);
   }
 
   // Both roles start their cursor at the tile of rank tile_start.
@@ -277,7 +277,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     }
     __syncwarp();
   }
-  if (tid == 0) phase_mark_ready(7, row_tau_mu[0].x);
+  if (tid == 0) phase_mark_ready(PhaseKernel::kAttend, 3, row_tau_mu[0].x);
   const uint32_t sKbar_addr = mma::smem_addr(sKbar) + uint32_t(lane % 4) * (Cfg::kKbarRowElems * 2u) +
                               uint32_t(lane / 8) * 16u;
 
@@ -428,7 +428,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
         q_fragment(kk, qa);
         mma::mma_16816<Element>(x, qa, kbf[kk][0], kbf[kk][1]);
       }
-      if (tid == 0 && p0 == first) phase_mark_ready(8, x[0]);
+      if (tid == 0 && p0 == first) phase_mark_ready(PhaseKernel::kAttend, 4, x[0]);
       float ba0, ba1, bb0, bb1;
       group_bias(x, ba0, ba1, bb0, bb1);
 #pragma unroll
@@ -448,7 +448,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     __syncwarp();
     if constexpr (Cfg::kTileSplit) consumers_sync();  // each warp reads entries the others wrote
   }
-  if (tid == 0) DASHATTN_ATTEND_MARK(3);
+  if (tid == 0) phase_mark(PhaseKernel::kAttend, 5);
 
   // One k-step of x += Q k̄^T for the per-tile bias; an ldmatrix of the stage's k̄ buffer covers two k-steps.
   auto bias_x = [&](int stage, float (&xb)[4]) {
@@ -682,7 +682,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       // Every warp waits for the tile, computing or not: a warp may release a stage only after the round it
       // releases was filled, which keeps exactly one arrival per lane in each phase of the empty barrier.
       mma::mbar_wait(full_bar + 8u * stage, parity);
-      if (tid == 0 && it == 0) DASHATTN_ATTEND_MARK(4);
+      if (tid == 0 && it == 0) phase_mark(PhaseKernel::kAttend, 6);
       if (need) {
         const uint32_t sK_addr = sRing_addr + uint32_t(stage) * 2u * kTileBytes;
         const uint32_t sV_addr = sK_addr + kTileBytes;
@@ -732,7 +732,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     }
   }
 
-  if (tid == 0) DASHATTN_ATTEND_MARK(5);
+  if (tid == 0) phase_mark(PhaseKernel::kAttend, 7);
   // Epilogue: finish the row sums across the quad, normalize, write o and lse (or the split partials).
   l_a += __shfl_xor_sync(0xffffffffu, l_a, 1);
   l_a += __shfl_xor_sync(0xffffffffu, l_a, 2);
@@ -793,7 +793,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   };
   write_row(row_a, 0, inv_a, lse_a);
   write_row(row_b, 1, inv_b, lse_b);
-  if (tid == 0) phase_finish();
+  if (tid == 0)
+    phase_finish(PhaseKernel::kAttend,
+                 "attend: entry / union / counts / tau-mu / first x / table / first tile / loop / written");
 }
 
 }  // namespace dashattn::cuda

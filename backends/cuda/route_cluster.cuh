@@ -29,6 +29,7 @@
 #include "dashattn/entmax.h"
 #include "dashattn/prior.h"
 #include "mma_sm80.cuh"
+#include "phase_clocks.cuh"
 #include "route_fast.cuh"
 
 namespace dashattn {
@@ -250,6 +251,10 @@ __global__ void __launch_bounds__(kThreads, 3) route_cluster_kernel(RouteArgs a,
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int grp = lane >> 2, quad = lane & 3;
+  if (tid == 0) {
+    phase_mark(PhaseKernel::kRouteCluster, 0);
+    phase_set_active(PhaseKernel::kRouteCluster, true);
+  }
   const int g = a.group;
   const int r = blockIdx.y;
   const int64_t seq = blockIdx.z;
@@ -308,6 +313,7 @@ __global__ void __launch_bounds__(kThreads, 3) route_cluster_kernel(RouteArgs a,
   }
   cp_async_wait(0);
   __syncthreads();
+  if (tid == 0) phase_mark(PhaseKernel::kRouteCluster, 1);
   uint32_t qf[kMT][kKS][4];
   bool mt_active[kMT];
 #pragma unroll
@@ -363,10 +369,12 @@ __global__ void __launch_bounds__(kThreads, 3) route_cluster_kernel(RouteArgs a,
   // The solving CTA's candidates of row ρ (rank ρ mod S) lie at (ρ / S)·row_cap in `gather`: the staging buffer
   // (free once every CTA has passed the first barrier after scoring) or, for whole rows, a region of their own
   // that other CTAs may fill while this one still scores.
+  if (tid == 0) phase_mark(PhaseKernel::kRouteCluster, 2);
   const bool whole_rows = S::whole_rows(ca);  // cluster-uniform (launch arguments)
   float* gather = whole_rows ? reinterpret_cast<float*>(smem + S::whole_off()) : reinterpret_cast<float*>(stage);
   const int row_cap = whole_rows ? ca.per_cap * nctas : ca.gather_cap;
   cluster_wait();  // every CTA of the cluster has started and holds its Q fragments
+  if (tid == 0) phase_mark(PhaseKernel::kRouteCluster, 3);
   // Whole rows: each CTA stores its scores of row ρ at their chunk positions into the solving CTA, which takes the
   // maximum, compacts the candidates in chunk order and solves: one exchange instead of three (no row can
   // overflow). Otherwise maxima, counts and candidates go in turn.
@@ -474,6 +482,7 @@ __global__ void __launch_bounds__(kThreads, 3) route_cluster_kernel(RouteArgs a,
     cluster_barrier();
   }
 
+  if (tid == 0) phase_mark(PhaseKernel::kRouteCluster, 4);
   // ---- Exact τ of the rows this CTA solves, stored (with the candidate threshold) into every CTA ----
   for (int o = warp, rho = rank + warp * nctas; rho < rows_used; o += kWarps, rho += kWarps * nctas) {
     __syncwarp();  // lane 0's row_total and row_th of a whole row
@@ -492,7 +501,9 @@ __global__ void __launch_bounds__(kThreads, 3) route_cluster_kernel(RouteArgs a,
       *a.tau.ptr<float>(sp.batch_index, int64_t(r) * g + rho % g, sp.q_begin + i) = i < sp.n_q ? tau : NAN;
     }
   }
+  if (tid == 0) phase_mark(PhaseKernel::kRouteCluster, 5);
   cluster_barrier();
+  if (tid == 0) phase_mark(PhaseKernel::kRouteCluster, 6);
 
   // ---- 4. Emit this CTA's mask words, one lane per chunk; log w per chunk kept for the ordered sums ----
   // Each lane adds, in head order from 0, the weights of the heads that hold its chunk as a candidate: the same
@@ -541,6 +552,7 @@ __global__ void __launch_bounds__(kThreads, 3) route_cluster_kernel(RouteArgs a,
     }
   }
   __syncthreads();
+  if (tid == 0) phase_mark(PhaseKernel::kRouteCluster, 7);
   // Σ log w and the count per token: lane-strided over the chunks, then a butterfly, as the sums were taken before
   // the emit ran one lane per chunk (the order fixes the bits of μ).
   for (int t = warp; t < tokens; t += kWarps) {
@@ -564,7 +576,12 @@ __global__ void __launch_bounds__(kThreads, 3) route_cluster_kernel(RouteArgs a,
     }
   }
   cluster_arrive();
-  if (rank != 0) return;  // rank 0 stays until every partial has landed in its shared memory
+  constexpr const char* kPhaseNames =
+      "route cluster: entry / loaded / scored / all started / exchanged / solved / tau shared / emitted / exit";
+  if (rank != 0) {  // rank 0 stays until every partial has landed in its shared memory
+    if (tid == 0) phase_finish(PhaseKernel::kRouteCluster, kPhaseNames);
+    return;
+  }
   cluster_wait();
   for (int t = tid; t < tokens; t += kThreads) {
     float ls = 0.0f;
@@ -577,6 +594,7 @@ __global__ void __launch_bounds__(kThreads, 3) route_cluster_kernel(RouteArgs a,
     *a.mu.ptr<float>(sp.batch_index, r, sp.q_begin + t) = (real && n > 0) ? ls / static_cast<float>(n) : 0.0f;
     if (a.active.defined()) *a.active.ptr<int32_t>(sp.batch_index, r, sp.q_begin + t) = real ? n + 1 : 0;
   }
+  if (tid == 0) phase_finish(PhaseKernel::kRouteCluster, kPhaseNames);
 #else
   __trap();  // launched only on devices whose image holds the sm_90 code (see route_launch.cuh)
 #endif

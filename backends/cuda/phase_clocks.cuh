@@ -1,0 +1,84 @@
+// Profiling build only (-DDASHATTN_PHASE_CLOCKS): timestamps of a kernel's phases, for finding where a short
+// launch (a decode step's Stage 1 or Stage 2) spends its time. Without the macro every call here is empty.
+//
+// Thread 0 of each CTA stamps the global timer at the kernel's marks (PhaseKernel lists them); the last CTA to
+// finish prints, over the CTAs marked active, the mean and the maximum of every stamp after the earliest entry of
+// the launch, in ns. Measured this way on an H100 (perf-log.md): a 64K decode step's Stage 2 spends ~2 us before
+// its tile stream starts and ~4 us after its last tile.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+
+namespace dashattn::cuda {
+
+// Mark 0 is the entry and the last mark the exit of every kernel.
+enum class PhaseKernel : int { kAttend = 0, kRouteCluster = 1 };
+constexpr int kPhaseMarks = 9;
+
+#ifdef DASHATTN_PHASE_CLOCKS
+constexpr int kPhaseMaxCtas = 4096;
+__device__ unsigned long long g_phase[2][kPhaseMaxCtas][kPhaseMarks];
+__device__ int g_phase_active[2][kPhaseMaxCtas];
+__device__ unsigned int g_phase_done[2];
+__device__ float g_phase_sink;
+
+__device__ __forceinline__ int phase_cta() {
+  return int(((blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x) % kPhaseMaxCtas);
+}
+__device__ __forceinline__ void phase_mark(PhaseKernel k, int i) {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  g_phase[int(k)][phase_cta()][i] = t;
+}
+// Stamp i once v (a loaded or computed value) is ready: the store waits for its register.
+__device__ __forceinline__ void phase_mark_ready(PhaseKernel k, int i, float v) {
+  g_phase_sink = v;
+  phase_mark(k, i);
+}
+__device__ __forceinline__ void phase_set_active(PhaseKernel k, bool active) {
+  g_phase_active[int(k)][phase_cta()] = active ? 1 : 0;
+}
+__device__ inline void phase_report(PhaseKernel k, const char* names) {
+  const int kk = int(k);
+  const int n = int(gridDim.x * gridDim.y * gridDim.z) < kPhaseMaxCtas ? int(gridDim.x * gridDim.y * gridDim.z)
+                                                                       : kPhaseMaxCtas;
+  unsigned long long t0 = ~0ull;
+  for (int c = 0; c < n; ++c) t0 = g_phase[kk][c][0] < t0 ? g_phase[kk][c][0] : t0;
+  double mean[kPhaseMarks] = {};
+  unsigned long long mx[kPhaseMarks] = {};
+  int used = 0;
+  for (int c = 0; c < n; ++c) {
+    if (!g_phase_active[kk][c]) continue;
+    ++used;
+    for (int i = 0; i < kPhaseMarks; ++i) {
+      const unsigned long long d = g_phase[kk][c][i] > t0 ? g_phase[kk][c][i] - t0 : 0;
+      mean[i] += double(d);
+      mx[i] = d > mx[i] ? d : mx[i];
+    }
+  }
+  if (used == 0) return;
+  printf("phases %s (ns after the first entry; %d active CTAs of %d): mean %.0f %.0f %.0f %.0f %.0f %.0f %.0f %.0f "
+         "%.0f max %llu %llu %llu %llu %llu %llu %llu %llu %llu\n",
+         names, used, n, mean[0] / used, mean[1] / used, mean[2] / used, mean[3] / used, mean[4] / used,
+         mean[5] / used, mean[6] / used, mean[7] / used, mean[8] / used, mx[0], mx[1], mx[2], mx[3], mx[4], mx[5],
+         mx[6], mx[7], mx[8]);
+}
+// The exit stamp (the last mark); the last CTA of the launch prints the report and re-arms the counter.
+__device__ __forceinline__ void phase_finish(PhaseKernel k, const char* names) {
+  phase_mark(k, kPhaseMarks - 1);
+  __threadfence();
+  if (atomicAdd(&g_phase_done[int(k)], 1u) + 1 == gridDim.x * gridDim.y * gridDim.z) {
+    __threadfence();
+    phase_report(k, names);
+    g_phase_done[int(k)] = 0;
+  }
+}
+#else
+__device__ __forceinline__ void phase_mark(PhaseKernel, int) {}
+__device__ __forceinline__ void phase_mark_ready(PhaseKernel, int, float) {}
+__device__ __forceinline__ void phase_set_active(PhaseKernel, bool) {}
+__device__ __forceinline__ void phase_finish(PhaseKernel, const char*) {}
+#endif
+
+}  // namespace dashattn::cuda
