@@ -641,6 +641,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     // The per-tile bias (no table): x = Q k̄^T on mma.sync while the S of the same tile is in flight.
     Tile cur, nxt;
     if (acquire(cur)) {
+      if (tid == 0) phase_mark(PhaseKernel::kAttend, 6);
       float s[8][4] = {};
       uint32_t pa[4][4];
       float corr_a, corr_b;

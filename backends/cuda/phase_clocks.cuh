@@ -17,7 +17,7 @@ enum class PhaseKernel : int { kAttend = 0, kRouteCluster = 1 };
 constexpr int kPhaseMarks = 9;
 
 #ifdef DASHATTN_PHASE_CLOCKS
-constexpr int kPhaseMaxCtas = 4096;
+constexpr int kPhaseMaxCtas = 16384;
 __device__ unsigned long long g_phase[2][kPhaseMaxCtas][kPhaseMarks];
 __device__ int g_phase_active[2][kPhaseMaxCtas];
 __device__ unsigned int g_phase_done[2];
