@@ -386,15 +386,39 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     const int64_t n_complete = sp.n_k >> a.log2_chunk;
     const bool writer = (lane / 4) % g == 0;  // the first row of its token (g divides 8, or row 0 with g = 16)
     TileCursor pc = cursor;
-    int64_t tile = 0;
-    // Chunk of this lane's column (pair p0 + lane / 4) of the n-tile starting at pair p0; pairs come in order.
+    // per_tile is 1, 2 or 4 and divides 8, so an n-tile's 8 pairs start on a tile: pairs p0 .. p0 + 7 are the
+    // tiles of ranks p0 / per_tile .., the next ones under the cursor.
+    const int log2_per_tile = per_tile == 1 ? 0 : (per_tile == 2 ? 1 : 2);
+    // The bit position of the k-th (from 0) set bit at or after the cursor (w, bits); w and bits are left at it.
+    auto select_tile = [&](int& w, uint32_t& bits, int k) {
+      int c = __popc(bits);
+      while (k >= c) {
+        k -= c;
+        bits = sUnion[++w];
+        c = __popc(bits);
+      }
+      return int(__fns(bits, 0u, k + 1));
+    };
+    // Chunk of this lane's column (pair p0 + lane / 4) of the n-tile starting at pair p0 (pairs come in order;
+    // the cursor then moves past the n-tile's tiles). Each lane selects its tile's bit directly instead of the
+    // warp stepping the cursor pair by pair, which with its per-pair modulo was the table fill's hottest loop.
     auto column_chunk = [&](int p0) {
       int64_t my_c = -1;
-      for (int j = 0; j < 8 && p0 + j < n_pairs; ++j) {
-        const int qd = (p0 + j) % per_tile;
-        if (qd == 0) tile = pc.next(sUnion);
-        if (j == lane / 4) my_c = ((tile * kTileKeys) >> a.log2_chunk) + qd;
+      const int pairs = ::min(8, n_pairs - p0);
+      const int p = lane / 4;
+      if (p < pairs) {
+        int w = pc.word;
+        uint32_t bits = pc.bits;
+        const int bit = select_tile(w, bits, p >> log2_per_tile);
+        my_c = (((int64_t(w) * 32 + bit) * kTileKeys) >> a.log2_chunk) + (p & (per_tile - 1));
       }
+      // Past the n-tile's tiles: the cursor at the first tile of the next n-tile.
+      const int ranks = (pairs + per_tile - 1) >> log2_per_tile;
+      int w = pc.word;
+      uint32_t bits = pc.bits;
+      const int last = select_tile(w, bits, ranks - 1);
+      pc.word = w;
+      pc.bits = bits & ~((2u << last) - 1u);  // (2u << 31 wraps to 0: all bits cleared)
       return my_c;
     };
     auto load_column = [&](int64_t my_c, uint32_t (&kbf)[Cfg::kKSteps][2]) {
@@ -439,6 +463,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
           if (g < 16 && row_b.valid) sTable[p * n_tokens_cta + row_b.token_slot] = e ? bb1 : bb0;
         }
       }
+      if (tid == 0 && p0 == first) phase_mark_ready(PhaseKernel::kAttend, 8, ba0);
+      if (tid == 0 && p0 == first + step) phase_mark_ready(PhaseKernel::kAttend, 9, ba0);
 #pragma unroll
       for (int kk = 0; kk < Cfg::kKSteps; ++kk) {
         kbf[kk][0] = kbf_next[kk][0];
@@ -796,7 +822,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   write_row(row_b, 1, inv_b, lse_b);
   if (tid == 0)
     phase_finish(PhaseKernel::kAttend,
-                 "attend: entry / union / counts / tau-mu / first x / table / first tile / loop / written");
+                 "attend: entry / union / counts / tau-mu / first x / table / first tile / loop / table n-tile 1 / "
+                 "n-tile 2 / - / written");
 }
 
 }  // namespace dashattn::cuda

@@ -12,9 +12,10 @@
 
 namespace dashattn::cuda {
 
-// Mark 0 is the entry and the last mark the exit of every kernel.
+// Mark 0 is the entry and the last mark the exit of every kernel; a kernel's names string lists the marks it
+// uses in order (unused ones print as 0).
 enum class PhaseKernel : int { kAttend = 0, kRouteCluster = 1 };
-constexpr int kPhaseMarks = 9;
+constexpr int kPhaseMarks = 12;
 
 #ifdef DASHATTN_PHASE_CLOCKS
 constexpr int kPhaseMaxCtas = 16384;
@@ -58,11 +59,11 @@ __device__ inline void phase_report(PhaseKernel k, const char* names) {
     }
   }
   if (used == 0) return;
-  printf("phases %s (ns after the first entry; %d active CTAs of %d): mean %.0f %.0f %.0f %.0f %.0f %.0f %.0f %.0f "
-         "%.0f max %llu %llu %llu %llu %llu %llu %llu %llu %llu\n",
-         names, used, n, mean[0] / used, mean[1] / used, mean[2] / used, mean[3] / used, mean[4] / used,
-         mean[5] / used, mean[6] / used, mean[7] / used, mean[8] / used, mx[0], mx[1], mx[2], mx[3], mx[4], mx[5],
-         mx[6], mx[7], mx[8]);
+  printf("phases %s (ns after the first entry; %d active CTAs of %d): mean", names, used, n);
+  for (int i = 0; i < kPhaseMarks; ++i) printf(" %.0f", mean[i] / used);
+  printf(" max");
+  for (int i = 0; i < kPhaseMarks; ++i) printf(" %llu", mx[i]);
+  printf("\n");
 }
 // The exit stamp (the last mark); the last CTA of the launch prints the report and re-arms the counter.
 __device__ __forceinline__ void phase_finish(PhaseKernel k, const char* names) {

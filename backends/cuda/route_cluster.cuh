@@ -577,7 +577,8 @@ __global__ void __launch_bounds__(kThreads, 3) route_cluster_kernel(RouteArgs a,
   }
   cluster_arrive();
   constexpr const char* kPhaseNames =
-      "route cluster: entry / loaded / scored / all started / exchanged / solved / tau shared / emitted / exit";
+      "route cluster: entry / loaded / scored / all started / exchanged / solved / tau shared / emitted / - / - / - "
+      "/ exit";
   if (rank != 0) {  // rank 0 stays until every partial has landed in its shared memory
     if (tid == 0) phase_finish(PhaseKernel::kRouteCluster, kPhaseNames);
     return;
