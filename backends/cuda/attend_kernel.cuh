@@ -231,7 +231,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     }
     const int n_tokens = any_rows ? int(last_token - first_token + 1) : 0;
     if (stage_kbar) {
-      asm volatile("barrier.sync 4, %0;\n" ::"n"(kRingGateThreads) : "memory");
+      asm volatile("bar.sync 4, %0;\n" ::"n"(kRingGateThreads) : "memory");
       // The consumers' reads of the staged columns (generic proxy) before the tensor copies' writes (async proxy).
       if constexpr (Cfg::kWgmma) wgmma::fence_proxy_async();
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -508,12 +508,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
           write_pairs(p0, ba0, ba1, bb0, bb1);
         }
       }
-      // The ring goes to the producer: a full barrier, not an arrive, so that the staged reads are ordered before
-      // the producer's writes, and the unaligned form, since the producer waits at another instruction (bar.sync
-      // is barrier.sync.aligned, which every participating thread must reach at the same one). Each warp reads
-      // only its own rows' entries of the table.
-      __syncwarp();
-      asm volatile("barrier.sync 4, %0;\n" ::"n"(kRingGateThreads) : "memory");
+      // The ring goes to the producer (a full barrier, not an arrive, so that the staged reads are ordered before
+      // the producer's writes for every checker); each warp reads only its own rows' entries of the table.
+      __syncwarp();  // the table writes diverge; bar.sync wants the whole warp
+      asm volatile("bar.sync 4, %0;\n" ::"n"(kRingGateThreads) : "memory");
     } else {
     uint32_t kbf[Cfg::kKSteps][2], kbf_next[Cfg::kKSteps][2] = {};
     skip_to(0, first);
