@@ -40,10 +40,10 @@
 #include "attend_combine.cuh"
 #include "attend_config.cuh"
 #include "attend_masks.cuh"
-#include "phase_clocks.cuh"
 #include "attend_producer.cuh"
 #include "attend_wgmma.cuh"
 #include "mma_tiles.cuh"
+#include "phase_clocks.cuh"
 
 // The warpgroup path's S = Q K^T takes Q from registers (loaded once per CTA) rather than from shared memory:
 // with both operands in shared memory each m64n64k16 reads 4 KB for 131K FLOPs, which is the shared-memory
@@ -52,7 +52,6 @@
 #ifndef DASHATTN_ATTEND_S_RS
 #define DASHATTN_ATTEND_S_RS 1
 #endif
-
 
 namespace dashattn::cuda {
 
@@ -463,8 +462,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
           if (g < 16 && row_b.valid) sTable[p * n_tokens_cta + row_b.token_slot] = e ? bb1 : bb0;
         }
       }
-      if (tid == 0 && p0 == first) phase_mark_ready(PhaseKernel::kAttend, 8, ba0);
-      if (tid == 0 && p0 == first + step) phase_mark_ready(PhaseKernel::kAttend, 9, ba0);
 #pragma unroll
       for (int kk = 0; kk < Cfg::kKSteps; ++kk) {
         kbf[kk][0] = kbf_next[kk][0];
@@ -822,8 +819,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   write_row(row_b, 1, inv_b, lse_b);
   if (tid == 0)
     phase_finish(PhaseKernel::kAttend,
-                 "attend: entry / union / counts / tau-mu / first x / table / first tile / loop / table n-tile 1 / "
-                 "n-tile 2 / - / written");
+                 "attend: entry / union / counts / tau-mu / first x / table / first tile / loop / - / - / - / "
+                 "written");
 }
 
 }  // namespace dashattn::cuda
