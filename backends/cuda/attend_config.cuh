@@ -112,6 +112,17 @@ struct TileCursor {
     bits &= bits - 1;
     return int64_t(word) * 32 + b;
   }
+  // The bit position of the k-th (from 0) set tile at or after the cursor, without taking it: the cursor moves to
+  // that tile's word and keeps its bits from there (the tile's own bit included).
+  __device__ __forceinline__ int select(const uint32_t* words, int k) {
+    int c = __popc(bits);
+    while (k >= c) {
+      k -= c;
+      bits = words[++word];
+      c = __popc(bits);
+    }
+    return int(__fns(bits, 0u, k + 1));
+  }
 };
 
 }  // namespace dashattn::cuda

@@ -388,16 +388,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     // per_tile is 1, 2 or 4 and divides 8, so an n-tile's 8 pairs start on a tile: pairs p0 .. p0 + 7 are the
     // tiles of ranks p0 / per_tile .., the next ones under the cursor.
     const int log2_per_tile = per_tile == 1 ? 0 : (per_tile == 2 ? 1 : 2);
-    // The bit position of the k-th (from 0) set bit at or after the cursor (w, bits); w and bits are left at it.
-    auto select_tile = [&](int& w, uint32_t& bits, int k) {
-      int c = __popc(bits);
-      while (k >= c) {
-        k -= c;
-        bits = sUnion[++w];
-        c = __popc(bits);
-      }
-      return int(__fns(bits, 0u, k + 1));
-    };
     // Chunk of this lane's column (pair p0 + lane / 4) of the n-tile starting at pair p0 (pairs come in order;
     // the cursor then moves past the n-tile's tiles). Each lane selects its tile's bit directly instead of the
     // warp stepping the cursor pair by pair, which with its per-pair modulo was the table fill's hottest loop.
@@ -406,18 +396,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       const int pairs = ::min(8, n_pairs - p0);
       const int p = lane / 4;
       if (p < pairs) {
-        int w = pc.word;
-        uint32_t bits = pc.bits;
-        const int bit = select_tile(w, bits, p >> log2_per_tile);
-        my_c = (((int64_t(w) * 32 + bit) * kTileKeys) >> a.log2_chunk) + (p & (per_tile - 1));
+        TileCursor lc = pc;
+        const int bit = lc.select(sUnion, p >> log2_per_tile);
+        my_c = (((int64_t(lc.word) * 32 + bit) * kTileKeys) >> a.log2_chunk) + (p & (per_tile - 1));
       }
       // Past the n-tile's tiles: the cursor at the first tile of the next n-tile.
-      const int ranks = (pairs + per_tile - 1) >> log2_per_tile;
-      int w = pc.word;
-      uint32_t bits = pc.bits;
-      const int last = select_tile(w, bits, ranks - 1);
-      pc.word = w;
-      pc.bits = bits & ~((2u << last) - 1u);  // (2u << 31 wraps to 0: all bits cleared)
+      const int last = pc.select(sUnion, ((pairs + per_tile - 1) >> log2_per_tile) - 1);
+      pc.bits &= ~((2u << last) - 1u);  // (2u << 31 wraps to 0: all bits cleared)
       return my_c;
     };
     auto load_column = [&](int64_t my_c, uint32_t (&kbf)[Cfg::kKSteps][2]) {
@@ -819,8 +804,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   write_row(row_b, 1, inv_b, lse_b);
   if (tid == 0)
     phase_finish(PhaseKernel::kAttend,
-                 "attend: entry / union / counts / tau-mu / first x / table / first tile / loop / - / - / - / "
-                 "written");
+                 "attend: entry / union / counts / tau-mu / first x / table / first tile / loop / written");
 }
 
 }  // namespace dashattn::cuda

@@ -12,10 +12,10 @@
 
 namespace dashattn::cuda {
 
-// Mark 0 is the entry and the last mark the exit of every kernel; a kernel's names string lists the marks it
-// uses in order (unused ones print as 0).
+// Mark 0 is the entry and the last mark the exit of every kernel; a kernel's names string lists its marks in
+// order.
 enum class PhaseKernel : int { kAttend = 0, kRouteCluster = 1 };
-constexpr int kPhaseMarks = 12;
+constexpr int kPhaseMarks = 9;
 
 #ifdef DASHATTN_PHASE_CLOCKS
 constexpr int kPhaseMaxCtas = 16384;

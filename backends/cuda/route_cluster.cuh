@@ -201,12 +201,7 @@ __device__ __forceinline__ double warp_entmax_threshold(const float* x, int n, d
       above = fmin(above, __shfl_xor_sync(full, above, off));
     }
     // From here on entmax_threshold's own step (every lane holds the same values).
-    detail::PassSums ps;
-    ps.k = k;
-    ps.s1 = s1;
-    ps.s2 = s2;
-    ps.below = below;
-    ps.above = above;
+    const detail::PassSums ps{k, s1, s2, 0.0, 0.0, below, above};  // Σy^p terms: general α only
     double root;
     bool stop = false;
     if (detail::piece_root_step(ps, is2, t, lo, hi, &root, &stop)) return m + root;
@@ -577,8 +572,7 @@ __global__ void __launch_bounds__(kThreads, 3) route_cluster_kernel(RouteArgs a,
   }
   cluster_arrive();
   constexpr const char* kPhaseNames =
-      "route cluster: entry / loaded / scored / all started / exchanged / solved / tau shared / emitted / - / - / - "
-      "/ exit";
+      "route cluster: entry / loaded / scored / all started / exchanged / solved / tau shared / emitted / exit";
   if (rank != 0) {  // rank 0 stays until every partial has landed in its shared memory
     if (tid == 0) phase_finish(PhaseKernel::kRouteCluster, kPhaseNames);
     return;

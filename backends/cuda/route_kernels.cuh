@@ -153,33 +153,18 @@ __device__ inline bool certified_step(const RowSums& s, double alpha, EntmaxSolv
     return false;
   }
   if (is15 || is2) {
-    double delta = 0;
-    bool ok = true;
-    if (is2) {
-      delta = (s.s1 - 1.0) / s.k;
-    } else {
-      const double disc = s.s1 * s.s1 - s.k * (s.s2 - 1.0);
-      if (disc < 0) {
-        ok = false;
-      } else {
-        const double root = sqrt(disc);
-        delta = (s.s1 > 0) ? (s.s2 - 1.0) / (s.s1 + root) : (s.s1 - root) / s.k;
-      }
-    }
-    const double tq = *t + delta;
-    if (ok && tq >= static_cast<double>(s.below) && tq < static_cast<double>(s.above)) {
-      *tau = tq;
+    // entmax.h's own step, so that τ has the solver's bits; this kernel stops after kMaxCertifiedPasses passes.
+    const detail::PassSums ps{s.k, s.s1, s.s2, 0.0, 0.0, s.below, s.above};  // Σy^p terms: general α only
+    double root;
+    bool stop = false;
+    if (detail::piece_root_step(ps, is2, *t, *lo, *hi, &root, &stop)) {
+      *tau = root;
       return true;
     }
-    const double f = is2 ? s.s1 - 1.0 : s.s2 - 1.0;
-    if (f > 0) *lo = *t; else *hi = *t;
-    double next = ok ? tq : 0.5 * (*lo + *hi);
-    if (!(next > *lo && next < *hi)) next = 0.5 * (*lo + *hi);
-    if (next == *t || *hi - *lo <= 1e-15 * (1.0 + fabs(*hi)) || iteration + 1 >= kMaxCertifiedPasses) {
-      *tau = next;
+    if (stop || iteration + 1 >= kMaxCertifiedPasses) {
+      *tau = *t;  // the step moved t to its next trial
       return true;
     }
-    *t = next;
     return false;
   }
   const double f = s.sp - 1.0;
