@@ -73,6 +73,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   uint32_t* sUnion = reinterpret_cast<uint32_t*>(smem_raw + Cfg::kFixedBytes);
   const uint32_t full_bar = mma::smem_addr(sBar);             // + 8 * stage
   const uint32_t empty_bar = full_bar + 8u * kStages;         // + 8 * stage
+  // Completes when every consumer lane is done reading the k̄ columns staged in the ring (the table fill), so
+  // that the producer may start overwriting it (the 8 bytes after the two counters).
+  const uint32_t ring_free_bar = empty_bar + 8u * kStages + 8u;
 
   const int tid = threadIdx.x;
   const int warp = tid / 32;
@@ -100,6 +103,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       // others' reads unordered against the producer's next writes.
       mma::mbar_init(empty_bar + 8u * s, uint32_t(Cfg::kTileSplit ? 32 : Cfg::kWarps * 32));
     }
+    mma::mbar_init(ring_free_bar, uint32_t(Cfg::kWarps * 32));
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     mma::fence_barrier_init();
 #endif
@@ -212,6 +216,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   // wgmma, and its registers would crowd the pipeline's): a CTA whose table does not fit computes per warp.
   if (kbar_per_tile) use_warpgroups = false;
   const bool producer_table = bias_on && !use_table && !kbar_per_tile;
+  // Wide (prefill) tilings stage the table's k̄ columns in the still empty K/V ring, all loads in flight at once
+  // (272-byte rows, so an n-tile's 8 columns fall in distinct banks; in rounds of what the ring holds), and hand
+  // the ring to the producer (ring_free_bar) once the table is built. Gathered straight into registers one n-tile
+  // ahead, each n-tile waited for its loads behind the other CTAs' tile streams: the fill took 45 of a 64K CTA's
+  // 250 us (chunk masks at 75 %, 142 of 556 with per-token masks) with the tensor cores idle. The decode tiling
+  // keeps the gathered form: its stream is the bottleneck, and delaying it costs more (perf-log.md).
+  constexpr int kColBytes = D * 2 + 16;
+  constexpr int kStagedCols = int(Cfg::kRingBytes / kColBytes) / 8 * 8;
+  const bool stage_kbar = !Cfg::kTileSplit && use_table;
   float* sTable = reinterpret_cast<float*>(smem_raw + a.bias_table_offset);
 
   // Each role sets its register budget inside its own branch: code reachable from both would have to fit the
@@ -222,6 +235,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       if (warp > Cfg::kWarps) return;  // the producer warpgroup's idle warps
     }
     const int n_tokens = any_rows ? int(last_token - first_token + 1) : 0;
+    if (stage_kbar) {
+      mma::mbar_wait(ring_free_bar, 0u);
+      // The consumers' reads of the staged columns (generic proxy) before the tensor copies' writes (async proxy).
+      if constexpr (Cfg::kWgmma) wgmma::fence_proxy_async();
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+      else asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+    }
     attend_produce<Cfg>(a, sp, seq, kv_head, lane, cursor, n_iter, first_token, n_tokens, per_tile, kbar_per_tile,
                         producer_table, full_bar, empty_bar, sRing, sKbar, sBias, sUnion, tmap_k, tmap_v);
     return;
@@ -379,8 +400,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 
   if (use_table) {
     // The bias of every (union tile, chunk) pair of this warp's tokens, 8 pairs per m16n8k16 n-tile: lane column
-    // n = lane / 4 gathers its pair's k̄ straight into B fragments, x = Q k̄^T, then the group sums as per tile.
-    // Runs while the producer fills the ring; each warp writes and later reads only its own tokens' entries.
+    // n = lane / 4 takes its pair's k̄ as B fragments (from the staged columns, or gathered straight from global
+    // memory by the decode tiling while the producer fills the ring), x = Q k̄^T, then the group sums as per tile.
     const Element* summ = static_cast<const Element*>(a.summaries.data);
     const int64_t n_complete = sp.n_k >> a.log2_chunk;
     const bool writer = (lane / 4) % g == 0;  // the first row of its token (g divides 8, or row 0 with g = 16)
@@ -423,22 +444,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     auto skip_to = [&](int p_from, int p_to) {
       for (int p = p_from; p < p_to && p < n_pairs; p += 8) (void)column_chunk(p);
     };
-    uint32_t kbf[Cfg::kKSteps][2], kbf_next[Cfg::kKSteps][2] = {};
-    skip_to(0, first);
-    if (first < n_pairs) load_column(column_chunk(first), kbf);
-    for (int p0 = first; p0 < n_pairs; p0 += step) {
-      skip_to(p0 + 8, p0 + step);
-      if (p0 + step < n_pairs) load_column(column_chunk(p0 + step), kbf_next);
-      float x[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-      for (int kk = 0; kk < Cfg::kKSteps; ++kk) {
-        uint32_t qa[4];
-        q_fragment(kk, qa);
-        mma::mma_16816<Element>(x, qa, kbf[kk][0], kbf[kk][1]);
-      }
-      if (tid == 0 && p0 == first) phase_mark_ready(PhaseKernel::kAttend, 4, x[0]);
-      float ba0, ba1, bb0, bb1;
-      group_bias(x, ba0, ba1, bb0, bb1);
+    // Writes the bias of pairs p0 .. p0 + 7 for this thread's two rows (the first row of each token writes).
+    auto write_pairs = [&](int p0, float ba0, float ba1, float bb0, float bb1) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int p = p0 + 2 * t4 + e;
@@ -447,10 +454,75 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
           if (g < 16 && row_b.valid) sTable[p * n_tokens_cta + row_b.token_slot] = e ? bb1 : bb0;
         }
       }
+    };
+    if (stage_kbar) {
+      // Rounds of up to kStagedCols columns: warp w copies n-tiles w, w + kWarps, ... of the round; then every
+      // warp builds its own rows' entries for all of them from shared memory.
+      const uint32_t* staged = reinterpret_cast<const uint32_t*>(sRing);
+      int pc_at = 0;  // the pair (a multiple of 8) under the cursor
+      for (int base = 0; base < n_pairs; base += kStagedCols) {
+        const int round_pairs = ::min(kStagedCols, n_pairs - base);
+        if (base > 0) {  // every warp is done with the previous round's columns (reconverged after the writes)
+          __syncwarp();
+          consumers_sync();
+        }
+        for (int p0 = base + 8 * warp; p0 < base + round_pairs; p0 += 8 * Cfg::kWarps) {
+          for (; pc_at < p0; pc_at += 8) (void)column_chunk(pc_at);
+          pc_at = p0 + 8;
+          const int64_t my_c = column_chunk(p0);
+          const bool ok = my_c >= 0 && my_c < n_complete;
+          const Element* src = summ + (ok ? a.summaries.offset(seq, my_c, kv_head) : 0);
+          unsigned char* dst = reinterpret_cast<unsigned char*>(sRing) + size_t(p0 - base + lane / 4) * kColBytes;
 #pragma unroll
-      for (int kk = 0; kk < Cfg::kKSteps; ++kk) {
-        kbf[kk][0] = kbf_next[kk][0];
-        kbf[kk][1] = kbf_next[kk][1];
+          for (int i = 0; i < D / 32; ++i)  // 16-byte pieces t4, t4 + 4, ... of the column
+            mma::cp_async_16(dst + (t4 + 4 * i) * 16, src + (t4 + 4 * i) * 8, ok ? 16 : 0);
+        }
+        mma::cp_async_commit();
+        mma::cp_async_wait<0>();
+        __syncwarp();
+        consumers_sync();  // every warp's columns are in
+        for (int p0 = base; p0 < base + round_pairs; p0 += 8) {
+          const uint32_t* col = staged + size_t(p0 - base + lane / 4) * (kColBytes / 4) + t4;
+          float x[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+          for (int kk = 0; kk < Cfg::kKSteps; ++kk) {
+            uint32_t qa[4];
+            q_fragment(kk, qa);
+            mma::mma_16816<Element>(x, qa, col[kk * 8], col[kk * 8 + 4]);
+          }
+          if (tid == 0 && p0 == 0) phase_mark_ready(PhaseKernel::kAttend, 4, x[0]);
+          float ba0, ba1, bb0, bb1;
+          group_bias(x, ba0, ba1, bb0, bb1);
+          write_pairs(p0, ba0, ba1, bb0, bb1);
+        }
+      }
+      // The ring goes to the producer: each lane's arrival releases its own reads of the staged columns (an
+      // mbarrier, as for the ring's stages; a named barrier between the two roles was not racecheck-clean). Each
+      // warp reads only its own rows' entries of the table.
+      mma::mbar_arrive(ring_free_bar);
+    } else {
+      uint32_t kbf[Cfg::kKSteps][2], kbf_next[Cfg::kKSteps][2] = {};
+      skip_to(0, first);
+      if (first < n_pairs) load_column(column_chunk(first), kbf);
+      for (int p0 = first; p0 < n_pairs; p0 += step) {
+        skip_to(p0 + 8, p0 + step);
+        if (p0 + step < n_pairs) load_column(column_chunk(p0 + step), kbf_next);
+        float x[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int kk = 0; kk < Cfg::kKSteps; ++kk) {
+          uint32_t qa[4];
+          q_fragment(kk, qa);
+          mma::mma_16816<Element>(x, qa, kbf[kk][0], kbf[kk][1]);
+        }
+        if (tid == 0 && p0 == first) phase_mark_ready(PhaseKernel::kAttend, 4, x[0]);
+        float ba0, ba1, bb0, bb1;
+        group_bias(x, ba0, ba1, bb0, bb1);
+        write_pairs(p0, ba0, ba1, bb0, bb1);
+#pragma unroll
+        for (int kk = 0; kk < Cfg::kKSteps; ++kk) {
+          kbf[kk][0] = kbf_next[kk][0];
+          kbf[kk][1] = kbf_next[kk][1];
+        }
       }
     }
     __syncwarp();

@@ -431,6 +431,14 @@ std::vector<Case> conformance_cases() {
   { Case c = base; c.name = "wgmma chunk masks est lengths"; c.warps = 8; c.chunk_masks = true; c.prior = PriorMode::kEstimateDiagonal; c.n_q = {150, 333}; c.n_k = {300, 333}; c.lengths = true; add(c); }
   { Case c = base; c.name = "wgmma chunk masks C128 varlen"; c.warps = 8; c.chunk_masks = true; c.chunk = 128; c.prior = PriorMode::kRaw; c.n_q = {90, 260}; c.n_k = {500, 260}; c.varlen = true; add(c); }
   { Case c = base; c.name = "wgmma padded o f32"; c.warps = 8; c.o_dtype = DType::kF32; c.n_q = {100, 37}; c.n_k = {100, 300}; c.lengths = true; c.bhnd = true; add(c); }
+  // Long key ranges with dense routing: more (tile, chunk) bias pairs per CTA than one staged round of k̄ columns
+  // holds (the table is built in several rounds, the ring reused between them).
+  { Case c = base; c.name = "wgmma table rounds C16 raw"; c.warps = 8; c.chunk_masks = true; c.chunk = 16; c.prior = PriorMode::kRaw; c.keep = 0.9; c.n_q = {70}; c.n_k = {9000}; add(c); }
+  { Case c = base; c.name = "table rounds 4 warps C16 est"; c.warps = 4; c.chunk = 16; c.prior = PriorMode::kEstimateDiagonal; c.keep = 0.8; c.h_q = 8; c.h_kv = 2; c.n_q = {40}; c.n_k = {12000}; add(c); }
+  // Warpgroups whose 64 rows cut tokens (g = 6) or share one token (g = 32): each skips only the tiles none of its
+  // own rows attend.
+  { Case c = base; c.name = "wgmma g6 tokens across warpgroups"; c.warps = 8; c.h_q = 12; c.h_kv = 2; c.prior = PriorMode::kRaw; c.n_q = {333}; c.n_k = {333}; add(c); }
+  { Case c = base; c.name = "wgmma g32 one token per CTA"; c.warps = 8; c.h_q = 32; c.h_kv = 1; c.keep = 0.4; c.n_q = {140}; c.n_k = {260}; add(c); }
   return cs;
 }
 
@@ -458,9 +466,11 @@ int run_conformance(bool verbose) {
     const double tol = f16 ? 4e-3 : 1.5e-2;
     const bool ok = r.finite && r.padding_ok && r.rel_l2 <= tol && r.lse_err <= 2e-2;
     if (!ok) ++failures;
-    if (!ok || verbose)
+    if (!ok || verbose || std::getenv("ATTEND_VERBOSE")) {
       std::printf("%-4s %-32s rel_l2 %.2e max_abs %.2e lse_err %.2e finite %d padding %d\n", ok ? "ok" : "FAIL",
                   c.name.c_str(), r.rel_l2, r.max_abs, r.lse_err, int(r.finite), int(r.padding_ok));
+      std::fflush(stdout);  // a case that hangs shows as the one after the last line
+    }
   }
   std::printf("conformance: %d failure(s)\n", failures);
   return failures;
