@@ -65,11 +65,12 @@ for t in "$BUILD"/tests/cuda/test_cuda_*; do
   done
 done
 
-# The d = 128 warpgroup (wgmma) Stage-2 kernel and the decode split, on a reduced set of the conformance cases.
+# The d = 128 warpgroup (wgmma) Stage-2 kernel, the bias table staged in the ring (one round and several) and the
+# decode split, on a reduced set of the conformance cases.
 att="$BUILD/tests/cuda_attend/test_cuda_attend_kernels"
 if [ -x "$att" ]; then
   for tool in memcheck racecheck initcheck synccheck; do
-    ATTEND_CASES="wgmma g16|wgmma chunk masks est lengths|wgmma varlen|wgmma chunk masks raw producer|split 3" \
+    ATTEND_CASES="wgmma g16|wgmma chunk masks est lengths|wgmma varlen|wgmma chunk masks raw|split 3|table rounds|prior raw g16 7 warps" \
       timeout 200 compute-sanitizer --tool $tool --error-exitcode 3 "$att" >>"$OUT/sanitizer.log" 2>&1
     rc=$?
     note "sanitizer $tool test_cuda_attend_kernels (wgmma + split cases): $([ $rc -eq 0 ] && echo clean || echo "rc=$rc")"
