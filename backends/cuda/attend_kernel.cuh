@@ -17,9 +17,10 @@
 // Prior bias. With g dividing 16 (a warp's rows are whole tokens) the producer also copies the summaries k̄ of
 // the tile's chunks (at most 4) into the stage, and each consumer warp computes x = Q k̄^T for its rows as one
 // extra m16n8k16 n-tile (on the wgmma path while the warpgroup's S = Q K^T is in flight), the heads' entmax
-// weights from Stage 1's tau, their sum over the token's rows by a shuffle butterfly,
-// then the bias. Other groups span warps: the producer warp fills a per-stage table instead (fill_stage_bias),
-// about 8 us per tile on an H200, which is why it is only the fallback.
+// weights from Stage 1's tau, their sum over the token's rows by a shuffle butterfly, then the bias; where the
+// CTA's table of (tile, chunk) biases fits in shared memory they build it before the main loop instead
+// (attend_table.cuh). Other groups span warps: the producer warp fills a per-stage table instead
+// (fill_stage_bias), about 8 us per tile on an H200, which is why it is only the fallback.
 //
 // Consumer warps walk the same list independently: a warp whose rows attend none of
 // a tile's keys only releases the stage ("empty" mbarrier) and moves on, so with random per-token routing the
@@ -41,6 +42,7 @@
 #include "attend_config.cuh"
 #include "attend_masks.cuh"
 #include "attend_producer.cuh"
+#include "attend_table.cuh"
 #include "attend_wgmma.cuh"
 #include "mma_tiles.cuh"
 #include "phase_clocks.cuh"
@@ -216,14 +218,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   // wgmma, and its registers would crowd the pipeline's): a CTA whose table does not fit computes per warp.
   if (kbar_per_tile) use_warpgroups = false;
   const bool producer_table = bias_on && !use_table && !kbar_per_tile;
-  // Wide (prefill) tilings stage the table's k̄ columns in the still empty K/V ring, all loads in flight at once
-  // (272-byte rows, so an n-tile's 8 columns fall in distinct banks; in rounds of what the ring holds), and hand
-  // the ring to the producer (ring_free_bar) once the table is built. Gathered straight into registers one n-tile
-  // ahead, each n-tile waited for its loads behind the other CTAs' tile streams: the fill took 45 of a 64K CTA's
-  // 250 us (chunk masks at 75 %, 142 of 556 with per-token masks) with the tensor cores idle. The decode tiling
-  // keeps the gathered form: its stream is the bottleneck, and delaying it costs more (perf-log.md).
-  constexpr int kColBytes = D * 2 + 16;
-  constexpr int kStagedCols = int(Cfg::kRingBytes / kColBytes) / 8 * 8;
+  // Wide (prefill) tilings build the table from k̄ columns staged in the still empty ring, then release the ring
+  // to the producer through ring_free_bar (attend_table.cuh).
   const bool stage_kbar = !Cfg::kTileSplit && use_table;
   float* sTable = reinterpret_cast<float*>(smem_raw + a.bias_table_offset);
 
@@ -399,134 +395,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   const int t4 = lane % 4;
 
   if (use_table) {
-    // The bias of every (union tile, chunk) pair of this warp's tokens, 8 pairs per m16n8k16 n-tile: lane column
-    // n = lane / 4 takes its pair's k̄ as B fragments (from the staged columns, or gathered straight from global
-    // memory by the decode tiling while the producer fills the ring), x = Q k̄^T, then the group sums as per tile.
-    const Element* summ = static_cast<const Element*>(a.summaries.data);
-    const int64_t n_complete = sp.n_k >> a.log2_chunk;
-    const bool writer = (lane / 4) % g == 0;  // the first row of its token (g divides 8, or row 0 with g = 16)
-    TileCursor pc = cursor;
-    // per_tile is 1, 2 or 4 and divides 8, so an n-tile's 8 pairs start on a tile: pairs p0 .. p0 + 7 are the
-    // tiles of ranks p0 / per_tile .., the next ones under the cursor.
-    const int log2_per_tile = per_tile == 1 ? 0 : (per_tile == 2 ? 1 : 2);
-    // Chunk of this lane's column (pair p0 + lane / 4) of the n-tile starting at pair p0 (pairs come in order;
-    // the cursor then moves past the n-tile's tiles). Each lane selects its tile's bit directly instead of the
-    // warp stepping the cursor pair by pair, which with its per-pair modulo was the table fill's hottest loop.
-    auto column_chunk = [&](int p0) {
-      int64_t my_c = -1;
-      const int pairs = ::min(8, n_pairs - p0);
-      const int p = lane / 4;
-      if (p < pairs) {
-        TileCursor lc = pc;
-        const int bit = lc.select(sUnion, p >> log2_per_tile);
-        my_c = (((int64_t(lc.word) * 32 + bit) * kTileKeys) >> a.log2_chunk) + (p & (per_tile - 1));
-      }
-      // Past the n-tile's tiles: the cursor at the first tile of the next n-tile.
-      const int last = pc.select(sUnion, ((pairs + per_tile - 1) >> log2_per_tile) - 1);
-      pc.bits &= ~((2u << last) - 1u);  // (2u << 31 wraps to 0: all bits cleared)
-      return my_c;
-    };
-    auto load_column = [&](int64_t my_c, uint32_t (&kbf)[Cfg::kKSteps][2]) {
-      const bool ok = my_c >= 0 && my_c < n_complete;
-      const uint32_t* kp =
-          reinterpret_cast<const uint32_t*>(summ + (ok ? a.summaries.offset(seq, my_c, kv_head) : 0)) + t4;
-#pragma unroll
-      for (int kk = 0; kk < Cfg::kKSteps; ++kk) {
-        kbf[kk][0] = ok ? __ldg(kp + kk * 8) : 0u;
-        kbf[kk][1] = ok ? __ldg(kp + kk * 8 + 4) : 0u;
-      }
-    };
-    // The next n-tile's k̄ loads are issued before this one's MMAs and group sums, so their L2 latency overlaps.
-    // With the tile split the warps share their rows, so they take the n-tiles in turn instead (every warp still
-    // walks the cursor through all of them).
-    const int step = Cfg::kTileSplit ? 8 * Cfg::kWarps : 8;
-    const int first = Cfg::kTileSplit ? 8 * warp : 0;
-    auto skip_to = [&](int p_from, int p_to) {
-      for (int p = p_from; p < p_to && p < n_pairs; p += 8) (void)column_chunk(p);
-    };
-    // Writes the bias of pairs p0 .. p0 + 7 for this thread's two rows (the first row of each token writes).
-    auto write_pairs = [&](int p0, float ba0, float ba1, float bb0, float bb1) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int p = p0 + 2 * t4 + e;
-        if (p < n_pairs && writer) {
-          if (row_a.valid) sTable[p * n_tokens_cta + row_a.token_slot] = e ? ba1 : ba0;
-          if (g < 16 && row_b.valid) sTable[p * n_tokens_cta + row_b.token_slot] = e ? bb1 : bb0;
-        }
-      }
-    };
-    if (stage_kbar) {
-      // Rounds of up to kStagedCols columns: warp w copies n-tiles w, w + kWarps, ... of the round; then every
-      // warp builds its own rows' entries for all of them from shared memory.
-      const uint32_t* staged = reinterpret_cast<const uint32_t*>(sRing);
-      int pc_at = 0;  // the pair (a multiple of 8) under the cursor
-      for (int base = 0; base < n_pairs; base += kStagedCols) {
-        const int round_pairs = ::min(kStagedCols, n_pairs - base);
-        if (base > 0) {  // every warp is done with the previous round's columns (reconverged after the writes)
-          __syncwarp();
-          consumers_sync();
-        }
-        for (int p0 = base + 8 * warp; p0 < base + round_pairs; p0 += 8 * Cfg::kWarps) {
-          for (; pc_at < p0; pc_at += 8) (void)column_chunk(pc_at);
-          pc_at = p0 + 8;
-          const int64_t my_c = column_chunk(p0);
-          const bool ok = my_c >= 0 && my_c < n_complete;
-          const Element* src = summ + (ok ? a.summaries.offset(seq, my_c, kv_head) : 0);
-          unsigned char* dst = reinterpret_cast<unsigned char*>(sRing) + size_t(p0 - base + lane / 4) * kColBytes;
-#pragma unroll
-          for (int i = 0; i < D / 32; ++i)  // 16-byte pieces t4, t4 + 4, ... of the column
-            mma::cp_async_16(dst + (t4 + 4 * i) * 16, src + (t4 + 4 * i) * 8, ok ? 16 : 0);
-        }
-        mma::cp_async_commit();
-        mma::cp_async_wait<0>();
-        __syncwarp();
-        consumers_sync();  // every warp's columns are in
-        for (int p0 = base; p0 < base + round_pairs; p0 += 8) {
-          const uint32_t* col = staged + size_t(p0 - base + lane / 4) * (kColBytes / 4) + t4;
-          float x[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-          for (int kk = 0; kk < Cfg::kKSteps; ++kk) {
-            uint32_t qa[4];
-            q_fragment(kk, qa);
-            mma::mma_16816<Element>(x, qa, col[kk * 8], col[kk * 8 + 4]);
-          }
-          if (tid == 0 && p0 == 0) phase_mark_ready(PhaseKernel::kAttend, 4, x[0]);
-          float ba0, ba1, bb0, bb1;
-          group_bias(x, ba0, ba1, bb0, bb1);
-          write_pairs(p0, ba0, ba1, bb0, bb1);
-        }
-      }
-      // The ring goes to the producer: each lane's arrival releases its own reads of the staged columns (an
-      // mbarrier, as for the ring's stages; a named barrier between the two roles was not racecheck-clean). Each
-      // warp reads only its own rows' entries of the table.
-      mma::mbar_arrive(ring_free_bar);
-    } else {
-      uint32_t kbf[Cfg::kKSteps][2], kbf_next[Cfg::kKSteps][2] = {};
-      skip_to(0, first);
-      if (first < n_pairs) load_column(column_chunk(first), kbf);
-      for (int p0 = first; p0 < n_pairs; p0 += step) {
-        skip_to(p0 + 8, p0 + step);
-        if (p0 + step < n_pairs) load_column(column_chunk(p0 + step), kbf_next);
-        float x[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-        for (int kk = 0; kk < Cfg::kKSteps; ++kk) {
-          uint32_t qa[4];
-          q_fragment(kk, qa);
-          mma::mma_16816<Element>(x, qa, kbf[kk][0], kbf[kk][1]);
-        }
-        if (tid == 0 && p0 == first) phase_mark_ready(PhaseKernel::kAttend, 4, x[0]);
-        float ba0, ba1, bb0, bb1;
-        group_bias(x, ba0, ba1, bb0, bb1);
-        write_pairs(p0, ba0, ba1, bb0, bb1);
-#pragma unroll
-        for (int kk = 0; kk < Cfg::kKSteps; ++kk) {
-          kbf[kk][0] = kbf_next[kk][0];
-          kbf[kk][1] = kbf_next[kk][1];
-        }
-      }
-    }
-    __syncwarp();
-    if constexpr (Cfg::kTileSplit) consumers_sync();  // each warp reads entries the others wrote
+    fill_bias_table<Cfg>(TableFill{a, sp, seq, kv_head, warp, lane, g, row_a, row_b, n_pairs, n_tokens_cta, per_tile,
+                                   cursor, sUnion, reinterpret_cast<unsigned char*>(sRing), sTable, stage_kbar,
+                                   ring_free_bar},
+                         q_fragment, group_bias, consumers_sync);
   }
   if (tid == 0) phase_mark(PhaseKernel::kAttend, 5);
 

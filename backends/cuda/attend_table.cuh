@@ -1,0 +1,187 @@
+// Stage 2's per-CTA prior-bias table (see attend_kernel.cuh): before the main loop, the consumer warps compute the
+// bias of every (union tile, chunk) pair of their tokens, 8 pairs per m16n8k16 n-tile. Lane column n = lane / 4
+// takes its pair's k̄ as B fragments, x = Q k̄^T, the heads' entmax weights are summed over the token's rows, and
+// the first row of each token writes the entry [pair][token slot]; each warp later reads only its own tokens'
+// entries (with the tile split, every warp's).
+//
+// Wide (prefill) tilings stage the k̄ columns in the still empty K/V ring, all loads in flight at once (272-byte
+// rows, so an n-tile's 8 columns fall in distinct banks; in rounds of what the ring holds), and hand the ring to
+// the producer through an mbarrier once the table is built. Gathered straight into registers one n-tile ahead,
+// each n-tile waited for its loads behind the other CTAs' tile streams: the fill took 45 of a 64K CTA's 250 us
+// (chunk masks at 75 %, 142 of 556 with per-token masks) with the tensor cores idle. The decode tiling keeps the
+// gathered form while the producer fills the ring: its stream is the bottleneck, and delaying it costs more
+// (perf-log.md).
+#pragma once
+
+#include <cstdint>
+
+#include "attend_args.cuh"
+#include "attend_config.cuh"
+#include "mma_tiles.cuh"
+#include "phase_clocks.cuh"
+
+namespace dashattn::cuda {
+
+// What the fill reads of the kernel's state: the CTA's sequence and rows, its union of tiles, its shared memory.
+struct TableFill {
+  const AttendArgs& a;
+  const SequenceSpan& sp;
+  int seq, kv_head, warp, lane, g;
+  const RowInfo& row_a;
+  const RowInfo& row_b;
+  int n_pairs, n_tokens_cta, per_tile;
+  TileCursor cursor;
+  const uint32_t* sUnion;
+  unsigned char* sRing;
+  float* sTable;
+  bool stage_kbar;         // stage the k̄ columns in the ring (the wide tilings)
+  uint32_t ring_free_bar;  // where the consumer lanes release the ring to the producer
+};
+
+// q_fragment(kk, qa): the A fragment of k-step kk of the warp's Q rows; group_bias(x, ba0, ba1, bb0, bb1): the
+// bias of the thread's two rows from x; consumers_sync(): the consumer warps' barrier.
+template <class Cfg, class QFragment, class GroupBias, class ConsumersSync>
+__device__ __forceinline__ void fill_bias_table(const TableFill& f, QFragment&& q_fragment, GroupBias&& group_bias,
+                                                ConsumersSync&& consumers_sync) {
+  using Element = typename Cfg::Element;
+  constexpr int D = Cfg::kHeadDim;
+  constexpr int kColBytes = D * 2 + 16;
+  constexpr int kStagedCols = int(Cfg::kRingBytes / kColBytes) / 8 * 8;
+  const AttendArgs& a = f.a;
+  const SequenceSpan& sp = f.sp;
+  const int seq = f.seq, kv_head = f.kv_head, warp = f.warp, lane = f.lane, g = f.g;
+  const int tid = warp * 32 + lane, t4 = lane % 4;
+  const RowInfo& row_a = f.row_a;
+  const RowInfo& row_b = f.row_b;
+  const int n_pairs = f.n_pairs, n_tokens_cta = f.n_tokens_cta, per_tile = f.per_tile;
+  const uint32_t* sUnion = f.sUnion;
+  unsigned char* sRing = f.sRing;
+  float* sTable = f.sTable;
+  const bool stage_kbar = f.stage_kbar;
+  const uint32_t ring_free_bar = f.ring_free_bar;
+  const Element* summ = static_cast<const Element*>(a.summaries.data);
+  const int64_t n_complete = sp.n_k >> a.log2_chunk;
+  const bool writer = (lane / 4) % g == 0;  // the first row of its token (g divides 8, or row 0 with g = 16)
+  TileCursor pc = f.cursor;
+  // per_tile is 1, 2 or 4 and divides 8, so an n-tile's 8 pairs start on a tile: pairs p0 .. p0 + 7 are the
+  // tiles of ranks p0 / per_tile .., the next ones under the cursor.
+  const int log2_per_tile = per_tile == 1 ? 0 : (per_tile == 2 ? 1 : 2);
+  // Chunk of this lane's column (pair p0 + lane / 4) of the n-tile starting at pair p0 (pairs come in order;
+  // the cursor then moves past the n-tile's tiles). Each lane selects its tile's bit directly instead of the
+  // warp stepping the cursor pair by pair, which with its per-pair modulo was the table fill's hottest loop.
+  auto column_chunk = [&](int p0) {
+    int64_t my_c = -1;
+    const int pairs = ::min(8, n_pairs - p0);
+    const int p = lane / 4;
+    if (p < pairs) {
+      TileCursor lc = pc;
+      const int bit = lc.select(sUnion, p >> log2_per_tile);
+      my_c = (((int64_t(lc.word) * 32 + bit) * kTileKeys) >> a.log2_chunk) + (p & (per_tile - 1));
+    }
+    // Past the n-tile's tiles: the cursor at the first tile of the next n-tile.
+    const int last = pc.select(sUnion, ((pairs + per_tile - 1) >> log2_per_tile) - 1);
+    pc.bits &= ~((2u << last) - 1u);  // (2u << 31 wraps to 0: all bits cleared)
+    return my_c;
+  };
+  auto load_column = [&](int64_t my_c, uint32_t (&kbf)[Cfg::kKSteps][2]) {
+    const bool ok = my_c >= 0 && my_c < n_complete;
+    const uint32_t* kp =
+        reinterpret_cast<const uint32_t*>(summ + (ok ? a.summaries.offset(seq, my_c, kv_head) : 0)) + t4;
+#pragma unroll
+    for (int kk = 0; kk < Cfg::kKSteps; ++kk) {
+      kbf[kk][0] = ok ? __ldg(kp + kk * 8) : 0u;
+      kbf[kk][1] = ok ? __ldg(kp + kk * 8 + 4) : 0u;
+    }
+  };
+  // The next n-tile's k̄ loads are issued before this one's MMAs and group sums, so their L2 latency overlaps.
+  // With the tile split the warps share their rows, so they take the n-tiles in turn instead (every warp still
+  // walks the cursor through all of them).
+  const int step = Cfg::kTileSplit ? 8 * Cfg::kWarps : 8;
+  const int first = Cfg::kTileSplit ? 8 * warp : 0;
+  auto skip_to = [&](int p_from, int p_to) {
+    for (int p = p_from; p < p_to && p < n_pairs; p += 8) (void)column_chunk(p);
+  };
+  // The table entries of pairs p0 .. p0 + 7 for this thread's two rows: x = Q k̄^T with the B fragment of
+  // k-step kk from b_frag(kk, b0, b1), the group sums, and the first row of each token writes.
+  auto write_entries = [&](int p0, auto&& b_frag) {
+    float x[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int kk = 0; kk < Cfg::kKSteps; ++kk) {
+      uint32_t qa[4], b0, b1;
+      q_fragment(kk, qa);
+      b_frag(kk, b0, b1);
+      mma::mma_16816<Element>(x, qa, b0, b1);
+    }
+    if (tid == 0 && p0 == first) phase_mark_ready(PhaseKernel::kAttend, 4, x[0]);
+    float ba0, ba1, bb0, bb1;
+    group_bias(x, ba0, ba1, bb0, bb1);
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int p = p0 + 2 * t4 + e;
+      if (p < n_pairs && writer) {
+        if (row_a.valid) sTable[p * n_tokens_cta + row_a.token_slot] = e ? ba1 : ba0;
+        if (g < 16 && row_b.valid) sTable[p * n_tokens_cta + row_b.token_slot] = e ? bb1 : bb0;
+      }
+    }
+  };
+  if (stage_kbar) {
+    // Rounds of up to kStagedCols columns: warp w copies n-tiles w, w + kWarps, ... of the round; then every
+    // warp builds its own rows' entries for all of them from shared memory.
+    const uint32_t* staged = reinterpret_cast<const uint32_t*>(sRing);
+    int pc_at = 0;  // the pair (a multiple of 8) under the cursor
+    for (int base = 0; base < n_pairs; base += kStagedCols) {
+      const int round_pairs = ::min(kStagedCols, n_pairs - base);
+      if (base > 0) {  // every warp is done with the previous round's columns (reconverged after the writes)
+        __syncwarp();
+        consumers_sync();
+      }
+      for (int p0 = base + 8 * warp; p0 < base + round_pairs; p0 += 8 * Cfg::kWarps) {
+        skip_to(pc_at, p0);
+        pc_at = p0 + 8;
+        const int64_t my_c = column_chunk(p0);
+        const bool ok = my_c >= 0 && my_c < n_complete;
+        const Element* src = summ + (ok ? a.summaries.offset(seq, my_c, kv_head) : 0);
+        unsigned char* dst = reinterpret_cast<unsigned char*>(sRing) + size_t(p0 - base + lane / 4) * kColBytes;
+#pragma unroll
+        for (int i = 0; i < D / 32; ++i)  // 16-byte pieces t4, t4 + 4, ... of the column
+          mma::cp_async_16(dst + (t4 + 4 * i) * 16, src + (t4 + 4 * i) * 8, ok ? 16 : 0);
+      }
+      mma::cp_async_commit();
+      mma::cp_async_wait<0>();
+      __syncwarp();
+      consumers_sync();  // every warp's columns are in
+      for (int p0 = base; p0 < base + round_pairs; p0 += 8) {
+        const uint32_t* col = staged + size_t(p0 - base + lane / 4) * (kColBytes / 4) + t4;
+        write_entries(p0, [&](int kk, uint32_t& b0, uint32_t& b1) {
+          b0 = col[kk * 8];
+          b1 = col[kk * 8 + 4];
+        });
+      }
+    }
+    // The ring goes to the producer: each lane's arrival releases its own reads of the staged columns (an
+    // mbarrier, as for the ring's stages; a named barrier between the two roles was not racecheck-clean). Each
+    // warp reads only its own rows' entries of the table.
+    mma::mbar_arrive(ring_free_bar);
+  } else {
+    uint32_t kbf[Cfg::kKSteps][2], kbf_next[Cfg::kKSteps][2] = {};
+    skip_to(0, first);
+    if (first < n_pairs) load_column(column_chunk(first), kbf);
+    for (int p0 = first; p0 < n_pairs; p0 += step) {
+      skip_to(p0 + 8, p0 + step);
+      if (p0 + step < n_pairs) load_column(column_chunk(p0 + step), kbf_next);
+      write_entries(p0, [&](int kk, uint32_t& b0, uint32_t& b1) {
+        b0 = kbf[kk][0];
+        b1 = kbf[kk][1];
+      });
+#pragma unroll
+      for (int kk = 0; kk < Cfg::kKSteps; ++kk) {
+        kbf[kk][0] = kbf_next[kk][0];
+        kbf[kk][1] = kbf_next[kk][1];
+      }
+    }
+  }
+  __syncwarp();
+  if constexpr (Cfg::kTileSplit) consumers_sync();  // each warp reads entries the others wrote
+}
+
+}  // namespace dashattn::cuda
