@@ -157,14 +157,21 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
   // Q rows staged through the (still idle) tile buffers with 16-byte copies, then read as A fragments with
   // ldmatrix: all loads in flight at once. Rows without a query read as zeros.
   static_assert(size_t(C::kRows) * C::kTileStride * 2 <= 2 * S::kStageBytes, "Q fits in two tile buffers");
+  // Thread tid copies the 16-byte pieces tid + k·kThreads of Q and of every summary tile below: they share one
+  // column (kThreads is a multiple of the pieces per row) and step kRowStep rows at a time.
+  static_assert(kThreads % kVecPerRow == 0, "a thread's pieces share one column");
+  constexpr int kRowStep = kThreads / kVecPerRow;
+  const int piece_row = tid / kVecPerRow, piece_col = (tid % kVecPerRow) * 8;
   {
     const T* q_any = a.q.ptr<T>(sp.batch_index, sp.q_begin, int64_t(r) * g, 0);
-    for (int v = tid; v < kRows * kVecPerRow; v += kThreads) {
-      const int rho = v / kVecPerRow, col = (v % kVecPerRow) * 8;
-      const bool valid = rho < rows_used && tok0 + rho / g < sp.n_q;
+    // The row's token and head advance with it (no division by g per piece).
+    int tok = piece_row / g, head = piece_row % g;
+    for (int rho = piece_row; rho < kRows; rho += kRowStep) {
+      const bool valid = rho < rows_used && tok0 + tok < sp.n_q;
       const T* src =
-          valid ? a.q.ptr<T>(sp.batch_index, sp.q_begin + tok0 + rho / g, int64_t(r) * g + rho % g, col) : q_any;
-      cp_async_16(stage_buf + rho * C::kTileStride + col, src, valid ? 16 : 0);
+          valid ? a.q.ptr<T>(sp.batch_index, sp.q_begin + tok0 + tok, int64_t(r) * g + head, piece_col) : q_any;
+      cp_async_16(stage_buf + rho * C::kTileStride + piece_col, src, valid ? 16 : 0);
+      for (head += kRowStep; head >= g; head -= g) ++tok;
     }
     cp_async_commit();
     cp_async_wait(0);
@@ -188,17 +195,33 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
     mt_active[mt] = __any_sync(0xffffffffu, lim[mt][0] > 0 || lim[mt][1] > 0);
   }
 
-  // Tile tl of the summaries into ring buffer buf; chunks past cmax read as zeros.
-  auto load_tile = [&](int tl, int buf) {
-    const int c0 = tl * kStageChunks;
-    uint16_t* dst = stage_buf + size_t(buf) * (S::kStageBytes / 2);
-    const T* base = a.summaries.ptr<T>(seq, 0, r, 0);
-    for (int v = tid; v < kStageChunks * kVecPerRow; v += kThreads) {
-      const int row = v / kVecPerRow, col = (v % kVecPerRow) * 8;
-      const bool in = c0 + row < cmax;
-      cp_async_16(dst + row * C::kTileStride + col, in ? a.summaries.ptr<T>(seq, c0 + row, r, col) : base,
-                  in ? 16 : 0);
+  // The next tile of the sweep (tiles 0 .. ntiles − 1, twice) into the next ring buffer; chunks past cmax read as
+  // zeros. Each of a thread's pieces is one add from the last: with a 64-bit index product per piece and a modulo
+  // per tile, the copy took an eighth of the kernel's issue slots (Nsight Compute, 64K prefill).
+  constexpr int kPieces = kStageChunks / kRowStep;
+  const int64_t piece_step = int64_t(kRowStep) * a.summaries.stride[1];
+  const int64_t tile_step = int64_t(kStageChunks) * a.summaries.stride[1];
+  const T* const first_src = a.summaries.ptr<T>(seq, piece_row, r, piece_col);
+  const T* const zero_src = a.summaries.ptr<T>(seq, 0, r, 0);  // any valid address: nothing is read from it
+  int load_tl = 0, load_buf = 0;
+  const T* load_src = first_src;
+  auto load_next = [&]() {
+    const int row0 = load_tl * kStageChunks + piece_row;
+    uint16_t* dst = stage_buf + size_t(load_buf) * (S::kStageBytes / 2) + piece_row * C::kTileStride + piece_col;
+    const T* src = load_src;
+#pragma unroll
+    for (int k = 0; k < kPieces; ++k) {
+      const bool in = row0 + k * kRowStep < cmax;
+      cp_async_16(dst + k * kRowStep * C::kTileStride, in ? src : zero_src, in ? 16 : 0);
+      src += piece_step;
     }
+    if (++load_tl == ntiles) {
+      load_tl = 0;
+      load_src = first_src;
+    } else {
+      load_src += tile_step;
+    }
+    if (++load_buf == stages) load_buf = 0;
   };
 
   // ---- The sweep: two passes over the tiles, as one stream of 2·ntiles steps through the ring ----
@@ -221,9 +244,10 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
   int overflow = cmax > kMaxListChunk;  // block-uniform
   const int steps = overflow ? 0 : 2 * ntiles;
   for (int s = 0; s + 1 < stages; ++s) {
-    if (s < steps) load_tile(s % ntiles, s);
+    if (s < steps) load_next();
     cp_async_commit();
   }
+  int read_buf = 0;  // ring buffer of step v
   for (int v = 0; v < steps; ++v) {
     cp_async_wait(stages - 2);
     int row_overflow = 0;
@@ -236,7 +260,7 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
       overflow = 1;
       break;
     }
-    if (v + stages - 1 < steps) load_tile((v + stages - 1) % ntiles, (v + stages - 1) % stages);
+    if (v + stages - 1 < steps) load_next();
     cp_async_commit();
     const bool listing = v >= ntiles;  // pass B
     const int tl = listing ? v - ntiles : v;
@@ -256,24 +280,32 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
           bound[mt][h] = candidate_threshold(m);
         }
     }
-    const uint16_t* tile = stage_buf + size_t(v % stages) * (S::kStageBytes / 2);
+    const uint16_t* tile = stage_buf + size_t(read_buf) * (S::kStageBytes / 2);
+    if (++read_buf == stages) read_buf = 0;
     auto brow_of = [&](int sub) {
       return tile + (sub * kSubChunks + ((lane >> 4) << 3) + (lane & 7)) * C::kTileStride + ((lane >> 3) & 1) * 8;
     };
     // Element (mt, n, i) of a scored sub-tile (chunks c0 .. c0 + 15): row half h = i / 2, chunk
-    // c0 + n·8 + 2·quad + (i & 1). Pass A: this lane's maxima over the routable chunks (fmaxf drops NaN scores).
+    // c0 + n·8 + 2·quad + (i & 1). Pass A: this lane's maxima over the routable chunks (fmaxf drops NaN scores),
+    // of the unscaled dot products: the launch guarantees x_scale > 0, and rounding x·s is non-decreasing in x,
+    // so max(x)·s is exactly max(x·s). Sub-tiles whose chunks are all routable for a row need no limit test.
     auto max_epilogue = [&](float (&acc)[kMT][2][4], int c0) {
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-        for (int h = 0; h < 2; ++h)
+        for (int h = 0; h < 2; ++h) {
+          if (c0 + kSubChunks <= lim[mt][h]) {
+            const float m01 = fmaxf(acc[mt][0][2 * h], acc[mt][0][2 * h + 1]);
+            const float m23 = fmaxf(acc[mt][1][2 * h], acc[mt][1][2 * h + 1]);
+            bound[mt][h] = fmaxf(bound[mt][h], fmaxf(m01, m23));
+          } else {
 #pragma unroll
-          for (int n = 0; n < 2; ++n)
+            for (int n = 0; n < 2; ++n)
 #pragma unroll
-            for (int j = 0; j < 2; ++j) {
-              const float x = acc[mt][n][2 * h + j] * a.x_scale;
-              if (c0 + n * 8 + quad * 2 + j < lim[mt][h]) bound[mt][h] = fmaxf(bound[mt][h], x);
-            }
+              for (int j = 0; j < 2; ++j)
+                if (c0 + n * 8 + quad * 2 + j < lim[mt][h]) bound[mt][h] = fmaxf(bound[mt][h], acc[mt][n][2 * h + j]);
+          }
+        }
     };
     // Pass B: append the candidates in chunk order. They are few (tens per row out of up to a thousand chunks),
     // so the quad exchange and the stores run only when some lane of the warp has one.
@@ -285,13 +317,14 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           lb[mt][h] = 0u;
+          const bool interior = c0 + kSubChunks <= lim[mt][h];
 #pragma unroll
           for (int n = 0; n < 2; ++n)
 #pragma unroll
             for (int j = 0; j < 2; ++j) {
               const int col = n * 8 + quad * 2 + j;
               acc[mt][n][2 * h + j] *= a.x_scale;
-              if (c0 + col < lim[mt][h] && acc[mt][n][2 * h + j] > bound[mt][h]) lb[mt][h] |= 1u << col;
+              if ((interior || c0 + col < lim[mt][h]) && acc[mt][n][2 * h + j] > bound[mt][h]) lb[mt][h] |= 1u << col;
             }
           any_cand = any_cand || lb[mt][h] != 0u;
         }
@@ -361,7 +394,7 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           float m = fmaxf(bound[mt][h], __shfl_xor_sync(0xffffffffu, bound[mt][h], 1));
-          m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+          m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2)) * a.x_scale;
           bound[mt][h] = m;
           if (split && quad == 0) col_max[col_base + mt * 16 + grp + 8 * h] = m;
         }
@@ -414,13 +447,21 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
 
   DASHATTN_PHASE_MARK(3);  // τ solved
   // ---- Emit: one warp per token, driven by the candidates (only they can carry weight) ----
-  // Per token, the idle tile buffers hold the group weights of a window of chunks plus that window's mask words;
-  // only the entries of candidate chunks are ever touched.
-  // 33 words per 32 chunks: the weights plus one mask word.
-  const int window_cap = static_cast<int>(size_t(stages) * S::kStageBytes / size_t(tokens) / 4 / 33) * 32;
+  // Each warp works in its own quarter of the idle tile buffers, one token at a time. Fast form: the chunks some
+  // head weighs (x > τ) are marked in a union bitset, numbered by prefix popcounts, and every head writes its
+  // weight into a compact [union chunk][head] table, all heads at once; a lane per mask word then sums each of
+  // its chunks' column in head order from 0. Heads that do not list a chunk contribute an exact 0, so the sums
+  // are bitwise those of dashattn::group_weight, with no per-head barrier. A token whose table does not fit
+  // falls back to windows of chunks swept head by head.
+  const int scratch_words = static_cast<int>(size_t(stages) * S::kStageBytes / 4 / kWarps);
   const int scored = (cmax + 31) / 32 * 32;
+  const int words_scored = scored / 32;
+  // Fallback windows: 33 words per 32 chunks (the weights plus one mask word).
+  const int window_cap = scratch_words / 33 * 32;
   const int window = scored < window_cap ? scored : window_cap;
+  const int head_stride = g | 1;  // odd: one head's lanes, on distinct table rows, reach distinct banks
   const float alpha_f = a.alpha;
+  float* scratch = reinterpret_cast<float*>(smem) + size_t(warp) * scratch_words;
   for (int t = warp; t < tokens; t += kWarps) {
     const int64_t i = tok0 + t;
     const bool real = i < sp.n_q;
@@ -431,61 +472,150 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
       else if ((diag >> 5) == word) bits |= 1u << (diag & 31);
       mask_row[word] = bits;
     };
-    float* wacc = reinterpret_cast<float*>(smem) + size_t(t) * (window + window / 32);
-    uint32_t* wbits = reinterpret_cast<uint32_t*>(wacc + window);
-    // fn(head row, chunk, x) for every list entry of the token inside the window, heads in order (a head's entries
-    // are distinct chunks, so its lanes never collide; __syncwarp orders the heads).
-    auto for_each_candidate = [&](int c_lo, auto&& fn) {
-      for (int h = 0; h < g; ++h) {
-        const int rho = t * g + h;
-        // The head's segments as one index range: lane k takes entries k, k + 32, ...
-        int ends[kWarps];
-        int total = 0;
+    // fn(chunk, x) for every list entry of head h of this token (its segments in warp order; a head's entries
+    // are distinct chunks, so its lanes never collide).
+    auto for_each_entry = [&](int h, auto&& fn) {
+      const int rho = t * g + h;
+      for (int s = 0; s < segments; ++s) {
+        const int col = s * kWarpRows + rho;
+        const int n = col_count[col];
+        for (int e = lane; e < n; e += 32) fn(int(list_id[col * lstride + e]), list_val[col * lstride + e]);
+      }
+    };
+    // fn(h, chunk, x, τ_h) for every list entry of the token, in no set order (the union and the table need
+    // none). Without a split, g ≤ 32 heads' entries are spread over the lanes: lane h holds head h's count and τ,
+    // and each lane finds its entry's head by a binary search over the prefix sums (shuffles), so every lane has
+    // an entry and the loads of different heads overlap instead of waiting head after head.
+    auto for_each_token_entry = [&](auto&& fn) {
+      if (!split && g <= 32) {
+        const int cnt = lane < g ? col_count[t * g + lane] : 0;
+        const float tau_l = lane < g ? row_tau[t * g + lane] : 0.0f;
+        int incl = cnt;
 #pragma unroll
-        for (int s = 0; s < kWarps; ++s) {
-          if (s < segments) total += col_count[s * kWarpRows + rho];
-          ends[s] = total;
+        for (int off = 1; off < 32; off <<= 1) {
+          const int up = __shfl_up_sync(0xffffffffu, incl, off);
+          if (lane >= off) incl += up;
         }
-        for (int e = lane; e < total; e += 32) {
-          int s = 0, begin = 0;
+        const int excl = incl - cnt;  // lanes past g: the total, above every entry index
+        const int total = __shfl_sync(0xffffffffu, incl, 31);
+        for (int f0 = 0; f0 < total; f0 += 32) {
+          const int f = f0 + lane;
+          int h = 0;  // the last head whose entries start at or before f
 #pragma unroll
-          for (int k = 0; k + 1 < kWarps; ++k) {
-            if (e >= ends[k]) {
-              s = k + 1;
-              begin = ends[k];
-            }
+          for (int step = 16; step >= 1; step >>= 1) {
+            if (__shfl_sync(0xffffffffu, excl, h + step) <= f) h += step;
           }
-          const int col = s * kWarpRows + rho;
-          const int c = list_id[col * lstride + e - begin] - c_lo;
-          if (c >= 0 && c < window) fn(rho, c, list_val[col * lstride + e - begin]);
+          const int e = f - __shfl_sync(0xffffffffu, excl, h);
+          const float tau = __shfl_sync(0xffffffffu, tau_l, h);
+          if (f < total) {
+            const int col = t * g + h;
+            fn(h, int(list_id[col * lstride + e]), list_val[col * lstride + e], tau);
+          }
         }
-        __syncwarp();
+      } else {
+        for (int h = 0; h < g; ++h) {
+          const float tau = row_tau[t * g + h];
+          for_each_entry(h, [&](int c, float x) { fn(h, c, x, tau); });
+        }
       }
     };
     float log_sum = 0.0f;
     int routed = 0;
-    for (int c_lo = 0; c_lo < scored; c_lo += window) {
-      for (int k = lane; k < window / 32; k += 32) wbits[k] = 0u;
-      for_each_candidate(c_lo, [&](int, int c, float) { wacc[c] = 0.0f; });
-      // Σ_h weight in head order from 0, as group_weight sums it.
-      for_each_candidate(c_lo, [&](int rho, int c, float x) { wacc[c] += entmax_weight(x, row_tau[rho], alpha_f); });
-      // Each chunk once (the first head that lists it marks it taken with −1): bit = w > 0, Σ log w, count.
-      for_each_candidate(c_lo, [&](int, int c, float) {
-        const float sum = wacc[c];
-        if (sum >= 0.0f) {
-          wacc[c] = -1.0f;
+    // Fast form. The union of the heads' weighed chunks.
+    uint32_t* ubits = reinterpret_cast<uint32_t*>(scratch);
+    int* ubase = reinterpret_cast<int*>(scratch + words_scored);
+    float* table = scratch + 2 * words_scored;
+    int union_size = scratch_words;  // "does not fit" unless counted below
+    if (2 * words_scored <= scratch_words) {
+      for (int k = lane; k < words_scored; k += 32) ubits[k] = 0u;
+      __syncwarp();
+      for_each_token_entry([&](int, int c, float x, float tau) {
+        if (x > tau) atomicOr(&ubits[c >> 5], 1u << (c & 31));
+      });
+      __syncwarp();
+      // Exclusive prefix of the words' popcounts: a chunk's table row.
+      int running = 0;
+      for (int k0 = 0; k0 < words_scored; k0 += 32) {
+        const int k = k0 + lane;
+        const int pc = k < words_scored ? __popc(ubits[k]) : 0;
+        int incl = pc;
+#pragma unroll
+        for (int off = 1; off < 32; off <<= 1) {
+          const int up = __shfl_up_sync(0xffffffffu, incl, off);
+          if (lane >= off) incl += up;
+        }
+        if (k < words_scored) ubase[k] = running + incl - pc;
+        running += __shfl_sync(0xffffffffu, incl, 31);
+      }
+      union_size = running;
+    }
+    if (2 * words_scored + union_size * head_stride <= scratch_words) {
+      for (int k = lane; k < union_size * head_stride; k += 32) table[k] = 0.0f;
+      __syncwarp();
+      for_each_token_entry([&](int h, int c, float x, float tau) {
+        if (x > tau) {
+          const int row = ubase[c >> 5] + __popc(ubits[c >> 5] & ((1u << (c & 31)) - 1u));
+          table[row * head_stride + h] = entmax_weight(x, tau, alpha_f);
+        }
+      });
+      __syncwarp();
+      // Bit = group weight > 0, Σ log w and the count, per mask word in chunk order.
+      for (int k = lane; k < words_scored; k += 32) {
+        uint32_t left = ubits[k], bits = 0u;
+        int row = ubase[k];
+        while (left != 0u) {
+          const int b = __ffs(left) - 1;
+          left &= left - 1u;
+          float sum = 0.0f;
+          for (int h = 0; h < g; ++h) sum += table[row * head_stride + h];
+          ++row;
           const float w = sum / static_cast<float>(g);
           if (w > 0.0f) {
             log_sum += logf(w);
             ++routed;
-            atomicOr(&wbits[c >> 5], 1u << (c & 31));
+            bits |= 1u << b;
           }
         }
-      });
-      const int words_here = ((c_lo + window < scored ? c_lo + window : scored) - c_lo) / 32;
-      for (int k = lane; k < words_here; k += 32) write_word(c_lo / 32 + k, wbits[k]);
-      __syncwarp();
+        write_word(k, bits);
+      }
+    } else {
+      // Fallback: windows of chunks, each swept head by head in order (__syncwarp orders the heads).
+      float* wacc = scratch;
+      uint32_t* wbits = reinterpret_cast<uint32_t*>(wacc + window);
+      auto for_each_candidate = [&](int c_lo, auto&& fn) {
+        for (int h = 0; h < g; ++h) {
+          for_each_entry(h, [&](int c, float x) {
+            if (c - c_lo >= 0 && c - c_lo < window) fn(h, c - c_lo, x);
+          });
+          __syncwarp();
+        }
+      };
+      for (int c_lo = 0; c_lo < scored; c_lo += window) {
+        __syncwarp();
+        for (int k = lane; k < window / 32; k += 32) wbits[k] = 0u;
+        for_each_candidate(c_lo, [&](int, int c, float) { wacc[c] = 0.0f; });
+        // Σ_h weight in head order from 0, as group_weight sums it.
+        for_each_candidate(c_lo, [&](int h, int c, float x) {
+          wacc[c] += entmax_weight(x, row_tau[t * g + h], alpha_f);
+        });
+        // Each chunk once (the first head that lists it marks it taken with −1): bit = w > 0, Σ log w, count.
+        for_each_candidate(c_lo, [&](int, int c, float) {
+          const float sum = wacc[c];
+          if (sum >= 0.0f) {
+            wacc[c] = -1.0f;
+            const float w = sum / static_cast<float>(g);
+            if (w > 0.0f) {
+              log_sum += logf(w);
+              ++routed;
+              atomicOr(&wbits[c >> 5], 1u << (c & 31));
+            }
+          }
+        });
+        const int words_here = ((c_lo + window < scored ? c_lo + window : scored) - c_lo) / 32;
+        for (int k = lane; k < words_here; k += 32) write_word(c_lo / 32 + k, wbits[k]);
+      }
     }
+    __syncwarp();  // the scratch is reused by this warp's next token
     for (int64_t word = scored / 32 + lane; word < a.mask_words; word += 32) write_word(word, 0u);
 #pragma unroll
     for (int off = 16; off >= 1; off >>= 1) {

@@ -21,6 +21,9 @@ struct Case {
   // Thousands of candidates within one unit of the maximum put some chunk within the near-tie window of τ in
   // every row: such a case checks the mask bits (exact except at ties) but cannot require tie-free rows.
   bool dense_candidates = false;
+  // Some (token, KV head) must route more than this many chunks: a case meant to reach a code path that only
+  // wide unions of the heads' supports take checks that it does.
+  int64_t wide_union = 0;
 };
 
 struct StageOutputs {
@@ -69,6 +72,7 @@ struct Tally {
   int64_t bits = 0, flips_at_ties = 0, bad_flips = 0, rows = 0, rows_skipped = 0;
   int64_t bad_tau = 0, bad_mu = 0, bad_active = 0, bad_padding = 0, bad_summary = 0;
   double max_tau_err = 0, max_mu_err = 0;
+  int64_t max_routed = 0;
 };
 
 bool near_tie(double x, double tau) { return std::fabs(x - tau) <= 1e-4 * std::max(1.0, std::fabs(tau)); }
@@ -116,6 +120,7 @@ void check_case(const Case& c) {
       const int64_t row = span.q_begin + i;
       for (int64_t r = 0; r < h_kv; ++r) {
         ++t.rows;
+        t.max_routed = std::max<int64_t>(t.max_routed, rt.active[r * span.n_q + i] - 1);
         bool row_flip = false, row_near = false;
         for (int64_t w = 0; w < words; ++w) {
           const uint32_t gw = mask[((b * h_kv + r) * rows + row) * words + w];
@@ -169,7 +174,8 @@ void check_case(const Case& c) {
   }
   MESSAGE(c.name << ": bits " << t.bits << ", flips at near-ties " << t.flips_at_ties << ", rows " << t.rows
                  << " (" << t.rows_skipped << " with a near-tie), max rel tau err " << t.max_tau_err
-                 << ", max rel mu err " << t.max_mu_err);
+                 << ", max rel mu err " << t.max_mu_err << ", most chunks routed by a row " << t.max_routed);
+  CHECK(t.max_routed > c.wide_union);
   CHECK(t.bad_summary == 0);
   CHECK(t.bad_flips == 0);
   CHECK(t.flips_at_ties * 1000 <= t.bits);
@@ -227,6 +233,18 @@ TEST_CASE("cuda small grid: decode routing over clusters") {
   if (!compiled(128)) return;
   Case c{"decode b=2, n_q=1, n_k=8192, C=64, d=128, g=16", spec(2, 1, 8192, 32, 2, 128, DType::kBF16, 8.0, 45), {}};
   check_case(c);
+}
+
+// 32 heads that each route a few chunks of their own: unions of the heads' supports wider than the prefill
+// routing kernel's per-warp table holds at d = 64 (a quarter of two summary tiles, 1152 words, less two words per
+// 32 chunks, over 33 words per union chunk: 34 chunks), so its emit takes the windowed form for those tokens and the
+// table form for the others. Small enough for the sanitizers.
+TEST_CASE("cuda small grid: routing emit of wide head unions") {
+  if (!compiled(64)) return;
+  Case w{"wide unions d=64 g=32 C=16", spec(1, 700, 700, 64, 2, 64, DType::kBF16, 8.0, 63), {}};
+  w.method.chunk_size = 16;
+  w.wide_union = 34;
+  check_case(w);
 }
 
 TEST_CASE("cuda stages 0 and 1 match the reference") {

@@ -439,6 +439,12 @@ std::vector<Case> conformance_cases() {
   // own rows attend.
   { Case c = base; c.name = "wgmma g6 tokens across warpgroups"; c.warps = 8; c.h_q = 12; c.h_kv = 2; c.prior = PriorMode::kRaw; c.n_q = {333}; c.n_k = {333}; add(c); }
   { Case c = base; c.name = "wgmma g32 one token per CTA"; c.warps = 8; c.h_q = 32; c.h_kv = 1; c.keep = 0.4; c.n_q = {140}; c.n_k = {260}; add(c); }
+  // Warpgroups over padded sequences with chunk masks: in sequence 0 a warpgroup that attends every tile of its
+  // CTA ends in padding rows that are written (tokens 148-151: o = 0, lse = -inf); the last CTA of sequence 1
+  // (tokens 192-194) has a second warpgroup of padding rows only, which skips every tile; and with this case's
+  // draws sequence 1's tokens 144-151 straddle a chunk boundary on the warpgroup path, where the first warpgroup
+  // skips a tile.
+  { Case c = base; c.name = "wgmma padded warpgroups"; c.warps = 8; c.chunk_masks = true; c.keep = 0.6; c.n_q = {150, 195}; c.n_k = {406, 300}; c.lengths = true; add(c); }
   return cs;
 }
 
