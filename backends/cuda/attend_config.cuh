@@ -72,8 +72,16 @@ struct AttendConfig {
   static constexpr int kKbarRowElems = kHeadDim + 8;
   static constexpr uint32_t kKbarStageBytes = 4u * kKbarRowElems * sizeof(Element);
   static constexpr size_t kKbarBytes = kConsumerBias ? size_t(kStages) * kKbarStageBytes : 0;
-  static constexpr size_t kBarrierBytes = size_t(2 * kStages) * 8 + 16;
-  static constexpr size_t kFixedBytes = kRingBytes + kQBytes + kBiasBytes + kKbarBytes + kBarrierBytes;
+  // Full and empty barriers, two counters, the ring hand-over barrier, full barriers that count the record warp.
+  static constexpr size_t kBarrierBytes = size_t(3 * kStages) * 8 + 16;
+  // Warpgroup tilings: the record of each stage that the record warp (attend_tile_records) writes before its
+  // arrival on the stage's full barrier: the tile index, which warpgroups attend it (a bit each) and each token's
+  // attended keys, so that the consumers neither walk the union nor read mask words nor vote per tile.
+  static constexpr int kMetaTokens = kRows;  // at most one token per row (g = 1)
+  static constexpr size_t kMetaStageBytes = 16 + size_t(kMetaTokens) * 8;
+  static constexpr size_t kMetaBytes = (kWgmma_ && !kTileSplit_) ? size_t(kStages) * kMetaStageBytes : 0;
+  static constexpr size_t kFixedBytes =
+      kRingBytes + kQBytes + kBiasBytes + kKbarBytes + kBarrierBytes + kMetaBytes;
   static size_t smem_bytes(int union_words) { return 1024 + kFixedBytes + size_t(union_words) * 4; }
 };
 

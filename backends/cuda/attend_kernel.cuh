@@ -25,7 +25,10 @@
 // Consumer warps walk the same list independently: a warp whose rows attend none of
 // a tile's keys only releases the stage ("empty" mbarrier) and moves on, so with random per-token routing the
 // warps are not held in lock-step by the tiles other tokens chose. Rows that do not attend a key get -inf logits.
-// The diagonal chunk is simply the last tiles.
+// The diagonal chunk is simply the last tiles. On the warpgroup (wgmma) path a second warp of the producer
+// warpgroup, the record warp, walks the list too and writes with each stage the tile, its tokens' attended keys
+// and which warpgroups attend it (attend_tile_records), so the consumers spend no instructions on the walk, the
+// mask words or a per-tile vote: that bookkeeping drew about a quarter of their warp samples.
 //
 // Split-KV (decode). With num_splits > 1, split z of a row block takes the z-th equal share of the union's tiles
 // (counted on the device, so work follows the routing, not the sequence length) and writes fp32 partials that
@@ -72,12 +75,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   unsigned char* sKbar = smem_raw + Cfg::kRingBytes + Cfg::kQBytes + Cfg::kBiasBytes;
   unsigned char* sBar = sKbar + Cfg::kKbarBytes;
   int* sCount = reinterpret_cast<int*>(sBar + 2 * kStages * 8);
+  unsigned char* sMeta = sBar + Cfg::kBarrierBytes;  // the warpgroup tilings' per-stage records (kMetaBytes)
   uint32_t* sUnion = reinterpret_cast<uint32_t*>(smem_raw + Cfg::kFixedBytes);
-  const uint32_t full_bar = mma::smem_addr(sBar);             // + 8 * stage
-  const uint32_t empty_bar = full_bar + 8u * kStages;         // + 8 * stage
+  const uint32_t full_bar32 = mma::smem_addr(sBar);           // + 8 * stage: the producer's arrivals
+  const uint32_t empty_bar = full_bar32 + 8u * kStages;       // + 8 * stage
   // Completes when every consumer lane is done reading the k̄ columns staged in the ring (the table fill), so
   // that the producer may start overwriting it (the 8 bytes after the two counters).
   const uint32_t ring_free_bar = empty_bar + 8u * kStages + 8u;
+  // Full barriers that also count the record warp's arrivals (warpgroup tilings; attend_tile_records), taken by a
+  // CTA that runs the warpgroup path: the per-warp path's CTAs keep the producer's alone.
+  const uint32_t full_bar64 = ring_free_bar + 8u;
 
   const int tid = threadIdx.x;
   const int warp = tid / 32;
@@ -97,9 +104,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   const bool any_rows = row0 < rows_in_seq;
   if (tid == 0) phase_mark(PhaseKernel::kAttend, 0);
 
+  constexpr bool kRecordWarp = Cfg::kWgmma && Cfg::kMetaBytes > 0;
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
-      mma::mbar_init(full_bar + 8u * s, 32u);                 // the producer warp's 32 lanes (+ copy completion)
+      mma::mbar_init(full_bar32 + 8u * s, 32u);  // the producer warp's 32 lanes (+ copy completion)
+      if (kRecordWarp) mma::mbar_init(full_bar64 + 8u * s, 64u);  // and the record warp's
       // Every lane of every consumer warp arrives (with the tile split, of the one warp whose turn the tile was):
       // an arrival releases only its own thread's reads of the stage, so one lane per warp would leave the
       // others' reads unordered against the producer's next writes.
@@ -217,6 +226,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   // The warpgroup path has no per-tile x = Q k̄^T (an mma.sync inside its wgmma pipeline would wait for the
   // wgmma, and its registers would crowd the pipeline's): a CTA whose table does not fit computes per warp.
   if (kbar_per_tile) use_warpgroups = false;
+  const bool use_records = kRecordWarp && use_warpgroups;  // CTA-uniform
+  const uint32_t full_bar = use_records ? full_bar64 : full_bar32;
   const bool producer_table = bias_on && !use_table && !kbar_per_tile;
   // Wide (prefill) tilings build the table from k̄ columns staged in the still empty ring, then release the ring
   // to the producer through ring_free_bar (attend_table.cuh).
@@ -228,6 +239,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   if (warp >= Cfg::kWarps) {
     if constexpr (Cfg::kProducerWarps > 1) {
       wgmma::setmaxnreg_dec<Cfg::kProducerRegs>();
+      if (use_records && warp == Cfg::kWarps + 1) {
+        attend_tile_records<Cfg>(a, sp, kv_head, lane, cursor, n_iter, row0, first_token,
+                                 any_rows ? int(last_token - first_token + 1) : 0, full_bar, empty_bar, sMeta,
+                                 sUnion);
+        return;
+      }
       if (warp > Cfg::kWarps) return;  // the producer warpgroup's idle warps
     }
     const int n_tokens = any_rows ? int(last_token - first_token + 1) : 0;
@@ -246,7 +263,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 
   // ---- Consumer warps ----
   if constexpr (Cfg::kProducerWarps > 1) wgmma::setmaxnreg_inc<Cfg::kConsumerRegs>();
-  // Barrier of the consumer warps alone (named barrier 3; 1 and 2 are the warpgroups').
+  // Barrier of the consumer warps alone (named barrier 3).
   auto consumers_sync = [&]() { asm volatile("bar.sync 3, %0;\n" ::"n"(Cfg::kWarps * 32) : "memory"); };
   auto make_row = [&](int r) {
     RowInfo ri;
@@ -547,17 +564,24 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       uint64_t keys_a, keys_b;
     };
     int next_it = 0;
+    // The record warp's record of each stage (attend_tile_records) says which tile it holds, whether this
+    // warpgroup attends it and the keys of every token: no union walk, mask reads or warpgroup vote here (that
+    // bookkeeping drew about a quarter of the loop's warp samples in Nsight Compute). Tiles the warpgroup does not
+    // attend are waited for and released at once (one arrival per lane and phase, as the producer expects).
+    const int wg_bit = 1 << (warp / 4);
     auto acquire = [&](Tile& t) {
       while (next_it < n_iter) {
         t.it = next_it++;
         t.stage = t.it % kStages;
-        t.tile = cursor.next(sUnion);
-        // Mask reads first: their latency overlaps the wait for the tile.
-        t.keys_a = row_tile_keys(row_a.route, words_a, t.tile, a.chunk, a.log2_chunk, a.dense);
-        t.keys_b = row_tile_keys(row_b.route, words_b, t.tile, a.chunk, a.log2_chunk, a.dense);
-        const bool need = wgmma::warpgroup_any((t.keys_a | t.keys_b) != 0ull, 1 + warp / 4);
         mma::mbar_wait(full_bar + 8u * t.stage, uint32_t((t.it / kStages) & 1));
-        if (need) return true;
+        const unsigned char* meta = sMeta + size_t(t.stage) * Cfg::kMetaStageBytes;
+        if (*reinterpret_cast<const uint32_t*>(meta + 8) & wg_bit) {
+          t.tile = *reinterpret_cast<const int64_t*>(meta);
+          const uint64_t* keys = reinterpret_cast<const uint64_t*>(meta + 16);
+          t.keys_a = row_a.valid ? keys[row_a.token_slot] : 0ull;
+          t.keys_b = row_b.valid ? keys[row_b.token_slot] : 0ull;
+          return true;
+        }
         release_stage(t.stage);
       }
       return false;

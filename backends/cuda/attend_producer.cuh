@@ -124,4 +124,76 @@ __device__ __forceinline__ void attend_produce(const AttendArgs& a, const Sequen
   mma::cp_async_wait<0>();
 }
 
+// ---- The record warp (warpgroup tilings) ----
+// The stage records for the warpgroup consumers (AttendConfig::kMetaBytes): the tile, each token's attended keys and
+// a bit per warpgroup (rows 64 w .. 64 w + 63 of the CTA) that has a row attending some key of it. They are written
+// by a warp of the producer warpgroup that would otherwise idle, which walks the union like the producer and
+// arrives on each stage's full barrier too (64 arrivals per phase), so the consumers neither walk the union, nor
+// read mask words, nor vote per tile. Lane l owns token slot l: its keys are computed before the warp waits for the
+// stage to be free, from a mask word cached across tiles (tiles ascend, so a word is read once per 32 chunks).
+// Slots past 32 (groups of fewer than 4 heads) are computed after the wait, without the cache.
+template <class Cfg>
+__device__ __forceinline__ uint32_t token_warpgroups(int64_t token, int64_t row0, int g) {
+  uint32_t bits = 0u;
+#pragma unroll
+  for (int wg = 0; wg < Cfg::kWarps / 4; ++wg) {
+    // A token of a group wider than 64 rows, or cut by the boundary, counts for both warpgroups.
+    const int64_t lo = (row0 + 64 * wg) / g, hi = (row0 + 64 * wg + 63) / g;
+    if (token >= lo && token <= hi) bits |= 1u << wg;
+  }
+  return bits;
+}
+
+__device__ __forceinline__ RowRouting token_routing(const AttendArgs& a, const SequenceSpan& sp, int kv_head,
+                                                    int64_t token) {
+  RowRouting rr;
+  rr.pos = sp.n_k - sp.n_q + token;
+  rr.diag = rr.pos >> a.log2_chunk;
+  rr.mask_row = a.dense ? nullptr : mask_row_ptr(a, sp, kv_head, token);
+  return rr;
+}
+
+// Run only by CTAs on the warpgroup path, whose full barriers count these arrivals.
+template <class Cfg>
+__device__ __forceinline__ void attend_tile_records(const AttendArgs& a, const SequenceSpan& sp, int kv_head, int lane,
+                                                    TileCursor cursor, int n_iter, int64_t row0, int64_t first_token,
+                                                    int n_tokens, uint32_t full_bar, uint32_t empty_bar,
+                                                    unsigned char* sMeta, const uint32_t* sUnion) {
+  constexpr int kStages = Cfg::kStages;
+  const bool own_slot = lane < n_tokens;
+  RowRouting own{nullptr, -1, 0};
+  MaskWordCache own_words;
+  uint32_t own_wg = 0u;
+  if (own_slot) {
+    own = token_routing(a, sp, kv_head, first_token + lane);
+    own_wg = token_warpgroups<Cfg>(first_token + lane, row0, a.group);
+  }
+  for (int it = 0; it < n_iter; ++it) {
+    const int stage = it % kStages;
+    const int64_t tile = cursor.next(sUnion);
+    const uint64_t own_keys = own_slot ? row_tile_keys(own, own_words, tile, a.chunk, a.log2_chunk, a.dense) : 0ull;
+    if (it >= kStages) mma::mbar_wait(empty_bar + 8u * stage, uint32_t((it / kStages - 1) & 1));
+    {
+      unsigned char* meta = sMeta + size_t(stage) * Cfg::kMetaStageBytes;
+      uint64_t* keys = reinterpret_cast<uint64_t*>(meta + 16);
+      uint32_t need = own_keys != 0ull ? own_wg : 0u;
+      if (own_slot) keys[lane] = own_keys;
+      for (int slot = lane + 32; slot < n_tokens; slot += 32) {
+        const int64_t token = first_token + slot;
+        const RowRouting rr = token_routing(a, sp, kv_head, token);
+        MaskWordCache words;
+        const uint64_t k = row_tile_keys(rr, words, tile, a.chunk, a.log2_chunk, a.dense);
+        keys[slot] = k;
+        if (k != 0ull) need |= token_warpgroups<Cfg>(token, row0, a.group);
+      }
+      need = __reduce_or_sync(0xffffffffu, need);
+      if (lane == 0) {
+        *reinterpret_cast<int64_t*>(meta) = tile;
+        *reinterpret_cast<uint32_t*>(meta + 8) = need;
+      }
+    }
+    mma::mbar_arrive(full_bar + 8u * stage);  // releases this lane's writes to the consumers
+  }
+}
+
 }  // namespace dashattn::cuda

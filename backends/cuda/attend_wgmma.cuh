@@ -53,19 +53,6 @@ template <int kRegs>
 __device__ __forceinline__ void setmaxnreg_dec() {}
 #endif
 
-// OR of a predicate over the 128 threads of named barrier `id` (a warpgroup), which also synchronizes them. The
-// non-aligned form: the producer warp never executes it, and the two warpgroups use different barrier ids.
-__device__ __forceinline__ bool warpgroup_any(bool p, int id) {
-  uint32_t out;
-  asm volatile(
-      "{\n .reg .pred pi, po;\n setp.ne.u32 pi, %1, 0;\n barrier.red.or.pred po, %2, 128, pi;\n"
-      " selp.u32 %0, 1, 0, po;\n}\n"
-      : "=r"(out)
-      : "r"(uint32_t(p)), "r"(id)
-      : "memory");
-  return out != 0;
-}
-
 // S (64 x 64, f32) = or += A (64 x 16, K-major in shared memory) * B (16 x 64, K-major in shared memory).
 template <typename Element>
 __device__ __forceinline__ void mma_64x64x16_ss(float (&d)[8][4], uint64_t desc_a, uint64_t desc_b, int accumulate);
