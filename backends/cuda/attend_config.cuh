@@ -79,7 +79,7 @@ struct AttendConfig {
   // attended keys, so that the consumers neither walk the union nor read mask words nor vote per tile.
   static constexpr int kMetaTokens = kRows;  // at most one token per row (g = 1)
   static constexpr size_t kMetaStageBytes = 16 + size_t(kMetaTokens) * 8;
-  static constexpr size_t kMetaBytes = (kWgmma_ && !kTileSplit_) ? size_t(kStages) * kMetaStageBytes : 0;
+  static constexpr size_t kMetaBytes = kWgmma_ ? size_t(kStages) * kMetaStageBytes : 0;
   static constexpr size_t kFixedBytes =
       kRingBytes + kQBytes + kBiasBytes + kKbarBytes + kBarrierBytes + kMetaBytes;
   static size_t smem_bytes(int union_words) { return 1024 + kFixedBytes + size_t(union_words) * 4; }
@@ -108,6 +108,15 @@ struct RowInfo {
 __device__ __forceinline__ const uint32_t* mask_row_ptr(const AttendArgs& a, const SequenceSpan& sp, int kv_head,
                                                         int64_t token) {
   return static_cast<const uint32_t*>(a.mask.data) + row_output_offset(a.mask, sp, kv_head, token);
+}
+// A query token as the mask logic sees it (attend_masks.cuh).
+__device__ __forceinline__ RowRouting token_routing(const AttendArgs& a, const SequenceSpan& sp, int kv_head,
+                                                    int64_t token) {
+  RowRouting rr;
+  rr.pos = sp.n_k - sp.n_q + token;
+  rr.diag = rr.pos >> a.log2_chunk;
+  rr.mask_row = a.dense ? nullptr : mask_row_ptr(a, sp, kv_head, token);
+  return rr;
 }
 
 // Iterates the set bits of the shared union bitset in ascending order.

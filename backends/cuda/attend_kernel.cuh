@@ -104,7 +104,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   const bool any_rows = row0 < rows_in_seq;
   if (tid == 0) phase_mark(PhaseKernel::kAttend, 0);
 
-  constexpr bool kRecordWarp = Cfg::kWgmma && Cfg::kMetaBytes > 0;
+  constexpr bool kRecordWarp = Cfg::kWgmma;  // (then kMetaBytes > 0)
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
       mma::mbar_init(full_bar32 + 8u * s, 32u);  // the producer warp's 32 lanes (+ copy completion)
@@ -147,10 +147,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     for (int64_t item = tid; item < n_tokens * union_words; item += Cfg::kThreads) {
       const int64_t token = first_token + item / union_words;
       const int w = int(item % union_words);
-      RowRouting rr;
-      rr.pos = sp.n_k - sp.n_q + token;
-      rr.diag = rr.pos >> a.log2_chunk;
-      rr.mask_row = a.dense ? nullptr : mask_row_ptr(a, sp, kv_head, token);
+      const RowRouting rr = token_routing(a, sp, kv_head, token);
       const uint32_t bits = row_tile_word(rr, w, a.chunk, a.log2_chunk, a.mask_words, a.dense);
       if (bits) {
         atomicOr(&sUnion[w], bits);
@@ -271,14 +268,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     ri.valid = R < rows_in_seq;
     const int64_t token = R / g;
     ri.token_slot = int(token - first_token);
-    ri.route.mask_row = nullptr;
-    ri.route.pos = -1;
-    ri.route.diag = 0;
-    if (ri.valid) {
-      ri.route.pos = sp.n_k - sp.n_q + token;
-      ri.route.diag = ri.route.pos >> a.log2_chunk;
-      if (!a.dense) ri.route.mask_row = mask_row_ptr(a, sp, kv_head, token);
-    }
+    ri.route = RowRouting{nullptr, -1, 0};
+    if (ri.valid) ri.route = token_routing(a, sp, kv_head, token);
     return ri;
   };
   // This thread's two rows of the warp's 16-row slab (fragment rows lane / 4 and lane / 4 + 8).

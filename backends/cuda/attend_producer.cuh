@@ -144,15 +144,6 @@ __device__ __forceinline__ uint32_t token_warpgroups(int64_t token, int64_t row0
   return bits;
 }
 
-__device__ __forceinline__ RowRouting token_routing(const AttendArgs& a, const SequenceSpan& sp, int kv_head,
-                                                    int64_t token) {
-  RowRouting rr;
-  rr.pos = sp.n_k - sp.n_q + token;
-  rr.diag = rr.pos >> a.log2_chunk;
-  rr.mask_row = a.dense ? nullptr : mask_row_ptr(a, sp, kv_head, token);
-  return rr;
-}
-
 // Run only by CTAs on the warpgroup path, whose full barriers count these arrivals.
 template <class Cfg>
 __device__ __forceinline__ void attend_tile_records(const AttendArgs& a, const SequenceSpan& sp, int kv_head, int lane,

@@ -84,6 +84,16 @@ struct SegmentedList {
 // m − 1 can make it dip by an ulp.
 __device__ __forceinline__ float candidate_threshold(float m) { return m - 1.0f - 1e-4f * fmaxf(1.0f, fabsf(m)); }
 
+// Inclusive prefix sum of v over the lanes of a (converged) warp.
+__device__ __forceinline__ int warp_inclusive_sum(int v, int lane) {
+#pragma unroll
+  for (int off = 1; off < 32; off <<= 1) {
+    const int up = __shfl_up_sync(0xffffffffu, v, off);
+    if (lane >= off) v += up;
+  }
+  return v;
+}
+
 #ifdef DASHATTN_ROUTE_PHASE_CLOCKS
 // Profiling build only (-DDASHATTN_ROUTE_PHASE_CLOCKS): cycles per phase summed over blocks (thread 0's clock
 // after each phase's barrier); the first launch to finish prints them.
@@ -485,29 +495,26 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
     // fn(h, chunk, x, τ_h) for every list entry of the token, in no set order (the union and the table need
     // none). Without a split, g ≤ 32 heads' entries are spread over the lanes: lane h holds head h's count and τ,
     // and each lane finds its entry's head by a binary search over the prefix sums (shuffles), so every lane has
-    // an entry and the loads of different heads overlap instead of waiting head after head.
+    // an entry and the loads of different heads overlap instead of waiting head after head. The layout is the
+    // token's, read once for both walks.
+    const bool spread = !split && g <= 32;
+    const int head_count = spread && lane < g ? col_count[t * g + lane] : 0;
+    const float head_tau = spread && lane < g ? row_tau[t * g + lane] : 0.0f;
+    const int head_end = warp_inclusive_sum(head_count, lane);
+    const int head_begin = head_end - head_count;  // lanes past g: the total, above every entry index
+    const int entries = __shfl_sync(0xffffffffu, head_end, 31);
     auto for_each_token_entry = [&](auto&& fn) {
-      if (!split && g <= 32) {
-        const int cnt = lane < g ? col_count[t * g + lane] : 0;
-        const float tau_l = lane < g ? row_tau[t * g + lane] : 0.0f;
-        int incl = cnt;
-#pragma unroll
-        for (int off = 1; off < 32; off <<= 1) {
-          const int up = __shfl_up_sync(0xffffffffu, incl, off);
-          if (lane >= off) incl += up;
-        }
-        const int excl = incl - cnt;  // lanes past g: the total, above every entry index
-        const int total = __shfl_sync(0xffffffffu, incl, 31);
-        for (int f0 = 0; f0 < total; f0 += 32) {
+      if (spread) {
+        for (int f0 = 0; f0 < entries; f0 += 32) {
           const int f = f0 + lane;
           int h = 0;  // the last head whose entries start at or before f
 #pragma unroll
           for (int step = 16; step >= 1; step >>= 1) {
-            if (__shfl_sync(0xffffffffu, excl, h + step) <= f) h += step;
+            if (__shfl_sync(0xffffffffu, head_begin, h + step) <= f) h += step;
           }
-          const int e = f - __shfl_sync(0xffffffffu, excl, h);
-          const float tau = __shfl_sync(0xffffffffu, tau_l, h);
-          if (f < total) {
+          const int e = f - __shfl_sync(0xffffffffu, head_begin, h);
+          const float tau = __shfl_sync(0xffffffffu, head_tau, h);
+          if (f < entries) {
             const int col = t * g + h;
             fn(h, int(list_id[col * lstride + e]), list_val[col * lstride + e], tau);
           }
@@ -525,8 +532,10 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
     uint32_t* ubits = reinterpret_cast<uint32_t*>(scratch);
     int* ubase = reinterpret_cast<int*>(scratch + words_scored);
     float* table = scratch + 2 * words_scored;
-    int union_size = scratch_words;  // "does not fit" unless counted below
-    if (2 * words_scored <= scratch_words) {
+    // The table form needs the union bitset, its prefix counts and [union size][head_stride] weights to fit.
+    bool table_form = 2 * words_scored <= scratch_words;
+    int union_size = 0;
+    if (table_form) {
       for (int k = lane; k < words_scored; k += 32) ubits[k] = 0u;
       __syncwarp();
       for_each_token_entry([&](int, int c, float x, float tau) {
@@ -538,18 +547,14 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
       for (int k0 = 0; k0 < words_scored; k0 += 32) {
         const int k = k0 + lane;
         const int pc = k < words_scored ? __popc(ubits[k]) : 0;
-        int incl = pc;
-#pragma unroll
-        for (int off = 1; off < 32; off <<= 1) {
-          const int up = __shfl_up_sync(0xffffffffu, incl, off);
-          if (lane >= off) incl += up;
-        }
+        const int incl = warp_inclusive_sum(pc, lane);
         if (k < words_scored) ubase[k] = running + incl - pc;
         running += __shfl_sync(0xffffffffu, incl, 31);
       }
       union_size = running;
+      table_form = 2 * words_scored + union_size * head_stride <= scratch_words;
     }
-    if (2 * words_scored + union_size * head_stride <= scratch_words) {
+    if (table_form) {
       for (int k = lane; k < union_size * head_stride; k += 32) table[k] = 0.0f;
       __syncwarp();
       for_each_token_entry([&](int h, int c, float x, float tau) {
