@@ -60,6 +60,7 @@ struct Case {
   bool chunk_masks = false;  // all queries of a chunk share the routing draw (the locality real routing has)
   int warps = 0;   // 0: the planner's choice
   int splits = 0;  // 0: the planner's choice
+  int stages = 0;  // K/V ring depth of the wide tilings (3 or 4), 0: the launcher's choice
   bool bias_table = true;  // false: the consumer bias per tile (the warpgroup tiling then runs per warp)
 };
 
@@ -333,6 +334,7 @@ Outcome run_case(const Case& c, uint64_t seed) {
   if (c.warps) plan.warps = c.warps;
   plan.bias_table = c.bias_table;
   if (c.splits) plan.num_splits = c.splits;
+  if (c.stages) plan.stages = c.stages;
   void* ws = nullptr;
   if (plan.num_splits > 1) {
     const size_t bytes = size_t(plan.num_splits) * B * c.h_q * NQ * (c.d + 1) * 4 + 512;
@@ -445,6 +447,9 @@ std::vector<Case> conformance_cases() {
   // draws sequence 1's tokens 144-151 straddle a chunk boundary on the warpgroup path, where the first warpgroup
   // skips a tile.
   { Case c = base; c.name = "wgmma padded warpgroups"; c.warps = 8; c.chunk_masks = true; c.keep = 0.6; c.n_q = {150, 195}; c.n_k = {406, 300}; c.lengths = true; add(c); }
+  // The wgmma tiling on a ring of 3 stages (the launcher's choice where 4 do not fit), and unions of one tile.
+  { Case c = base; c.name = "wgmma 3 stages chunk masks raw"; c.warps = 8; c.stages = 3; c.chunk_masks = true; c.prior = PriorMode::kRaw; c.n_q = {400}; c.n_k = {400}; add(c); }
+  { Case c = base; c.name = "wgmma one tile per union"; c.warps = 8; c.chunk_masks = true; c.prior = PriorMode::kRaw; c.n_q = {64, 50}; c.n_k = {64, 50}; c.varlen = true; add(c); }
   return cs;
 }
 
