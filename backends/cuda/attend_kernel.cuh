@@ -338,16 +338,26 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
         sb1 += __shfl_xor_sync(0xffffffffu, sb1, off);
       }
     }
+    // g divides 16, so it is a power of two and sum * (1 / g) rounds exactly as sum / g (without the division's
+    // slow-path check).
+    const float inv_g = 1.0f / float(g);
     auto bias_of = [&](float sum, float mu) {
-      float w = sum / float(g);
+      float w = sum * inv_g;
       // The mask bit is ground truth: a weight that recomputes to zero still gets a finite bias.
       if (!(w > 0.0f)) w = kMinRoutedWeight;
       return prior_bias(a.prior, logf(w), mu, a.inv_sigma) * 1.4426950408889634f;
     };
     ba0 = bias_of(sa0, mu_a);
     ba1 = bias_of(sa1, mu_a);
-    bb0 = bias_of(sb0, mu_b);
-    bb1 = bias_of(sb1, mu_b);
+    if (g == 16) {
+      // Both rows are the same token (sb = sa, mu_b = mu_a): the same two biases, without two more logarithms.
+      // The logarithms were most of the bias table's instructions (perf-log.md, seventh pass).
+      bb0 = ba0;
+      bb1 = ba1;
+    } else {
+      bb0 = bias_of(sb0, mu_b);
+      bb1 = bias_of(sb1, mu_b);
+    }
   };
   auto consumer_bias = [&](const float (&x)[4]) {
     float ba0, ba1, bb0, bb1;
