@@ -305,20 +305,29 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   const uint32_t sKbar_addr = mma::smem_addr(sKbar) + uint32_t(lane % 4) * (Cfg::kKbarRowElems * 2u) +
                               uint32_t(lane / 8) * 16u;
 
-  // Bias (log2 units) of the tile's chunks qd = 0..3 for this thread's two rows, from x = the warp's 16 Q rows
-  // times the stage's k̄ rows (one m16n8k16 n-tile; columns 4..7 repeat rows 0..3 of the buffer). Each head's
-  // entmax weight is then summed over its token's rows (see the butterfly below).
-  auto group_bias = [&](const float (&x)[4], float& ba0, float& ba1, float& bb0, float& bb1) {
+  // g divides 16, so it is a power of two and sum * (1 / g) rounds exactly as sum / g (without the division's
+  // slow-path check).
+  const float inv_g = 1.0f / float(g);
+  // The bias (log2 units) of a token from the group sum of its heads' entmax weights and its mu.
+  auto bias_of = [&](float sum, float mu) {
+    float w = sum * inv_g;
+    // The mask bit is ground truth: a weight that recomputes to zero still gets a finite bias.
+    if (!(w > 0.0f)) w = kMinRoutedWeight;
+    return prior_bias(a.prior, logf(w), mu, a.inv_sigma) * 1.4426950408889634f;
+  };
+  // Group sums of the tile's chunks qd = 0..3 for this thread's two rows, from x = the warp's 16 Q rows times the
+  // stage's k̄ rows (one m16n8k16 n-tile; columns 4..7 repeat rows 0..3 of the buffer): each head's entmax weight
+  // summed over its token's rows (see the butterfly below).
+  auto group_sums = [&](const float (&x)[4], float& sa0, float& sa1, float& sb0, float& sb1) {
     const float x_scale = (a.alpha - 1.0f) * a.gamma * rsqrtf(float(D));
-    const float2 tm_a = row_tau_mu[lane / 4], tm_b = row_tau_mu[lane / 4 + 8];
-    const float tau_a = tm_a.x, mu_a = tm_a.y, tau_b = tm_b.x, mu_b = tm_b.y;
+    const float tau_a = row_tau_mu[lane / 4].x, tau_b = row_tau_mu[lane / 4 + 8].x;
     const float wa0 = entmax_weight(x_scale * x[0], tau_a, a.alpha), wa1 = entmax_weight(x_scale * x[1], tau_a, a.alpha);
     const float wb0 = entmax_weight(x_scale * x[2], tau_b, a.alpha), wb1 = entmax_weight(x_scale * x[3], tau_b, a.alpha);
     // The group sum: a token's g rows are g consecutive fragment rows (lane groups lane / 4, and for g = 16 both
     // halves), so a butterfly over those lanes adds them in a fixed order that every Stage-2 path shares (a
     // decode step and its prefill row rebuild bitwise-equal biases). It is not group_weight's head order, which
     // changes the bias by a rounding at most; the mask bit, not the weight, decides what is routed.
-    float sa0 = wa0, sa1 = wa1, sb0 = wb0, sb1 = wb1;
+    sa0 = wa0, sa1 = wa1, sb0 = wb0, sb1 = wb1;
     if (g == 16) {
       sa0 += wb0;
       sa1 += wb1;
@@ -338,15 +347,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
         sb1 += __shfl_xor_sync(0xffffffffu, sb1, off);
       }
     }
-    // g divides 16, so it is a power of two and sum * (1 / g) rounds exactly as sum / g (without the division's
-    // slow-path check).
-    const float inv_g = 1.0f / float(g);
-    auto bias_of = [&](float sum, float mu) {
-      float w = sum * inv_g;
-      // The mask bit is ground truth: a weight that recomputes to zero still gets a finite bias.
-      if (!(w > 0.0f)) w = kMinRoutedWeight;
-      return prior_bias(a.prior, logf(w), mu, a.inv_sigma) * 1.4426950408889634f;
-    };
+  };
+  // The biases of this thread's two rows for columns 2 t4 and 2 t4 + 1 of x.
+  auto group_bias = [&](const float (&x)[4], float& ba0, float& ba1, float& bb0, float& bb1) {
+    float sa0, sa1, sb0, sb1;
+    group_sums(x, sa0, sa1, sb0, sb1);
+    const float mu_a = row_tau_mu[lane / 4].y, mu_b = row_tau_mu[lane / 4 + 8].y;
     ba0 = bias_of(sa0, mu_a);
     ba1 = bias_of(sa1, mu_a);
     if (g == 16) {
@@ -416,7 +422,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     fill_bias_table<Cfg>(TableFill{a, sp, seq, kv_head, warp, lane, g, row_a, row_b, n_pairs, n_tokens_cta, per_tile,
                                    cursor, sUnion, reinterpret_cast<unsigned char*>(sRing), sTable, stage_kbar,
                                    ring_free_bar},
-                         q_fragment, group_bias, consumers_sync);
+                         q_fragment, group_bias, group_sums,
+                         [&](float sum) { return bias_of(sum, row_tau_mu[lane / 4].y); }, consumers_sync);
   }
   if (tid == 0) phase_mark(PhaseKernel::kAttend, 5);
 

@@ -39,9 +39,11 @@ struct TableFill {
 };
 
 // q_fragment(kk, qa): the A fragment of k-step kk of the warp's Q rows; group_bias(x, ba0, ba1, bb0, bb1): the
-// bias of the thread's two rows from x; consumers_sync(): the consumer warps' barrier.
-template <class Cfg, class QFragment, class GroupBias, class ConsumersSync>
+// bias of the thread's two rows from x, in two steps: group_sums(x, sa0, sa1, sb0, sb1), then row_a_bias(sum), the
+// bias of row a's token from a group sum; consumers_sync(): the consumer warps' barrier.
+template <class Cfg, class QFragment, class GroupBias, class GroupSums, class RowBias, class ConsumersSync>
 __device__ __forceinline__ void fill_bias_table(const TableFill& f, QFragment&& q_fragment, GroupBias&& group_bias,
+                                                GroupSums&& group_sums, RowBias&& row_a_bias,
                                                 ConsumersSync&& consumers_sync) {
   using Element = typename Cfg::Element;
   constexpr int D = Cfg::kHeadDim;
@@ -101,10 +103,10 @@ __device__ __forceinline__ void fill_bias_table(const TableFill& f, QFragment&& 
   auto skip_to = [&](int p_from, int p_to) {
     for (int p = p_from; p < p_to && p < n_pairs; p += 8) (void)column_chunk(p);
   };
-  // The table entries of pairs p0 .. p0 + 7 for this thread's two rows: x = Q k̄^T with the B fragment of
-  // k-step kk from b_frag(kk, b0, b1), the group sums, and the first row of each token writes.
-  auto write_entries = [&](int p0, auto&& b_frag) {
-    float x[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  // x = Q k̄^T of pairs p0 .. p0 + 7 for this thread's two rows, with the B fragment of k-step kk from
+  // b_frag(kk, b0, b1).
+  auto table_x = [&](int p0, float (&x)[4], auto&& b_frag) {
+    x[0] = x[1] = x[2] = x[3] = 0.0f;
 #pragma unroll
     for (int kk = 0; kk < Cfg::kKSteps; ++kk) {
       uint32_t qa[4], b0, b1;
@@ -113,6 +115,11 @@ __device__ __forceinline__ void fill_bias_table(const TableFill& f, QFragment&& 
       mma::mma_16816<Element>(x, qa, b0, b1);
     }
     if (tid == 0 && p0 == first) phase_mark_ready(PhaseKernel::kAttend, 4, x[0]);
+  };
+  // The table entries of pairs p0 .. p0 + 7: the group sums, and the first row of each token writes.
+  auto write_entries = [&](int p0, auto&& b_frag) {
+    float x[4];
+    table_x(p0, x, b_frag);
     float ba0, ba1, bb0, bb1;
     group_bias(x, ba0, ba1, bb0, bb1);
 #pragma unroll
@@ -150,12 +157,42 @@ __device__ __forceinline__ void fill_bias_table(const TableFill& f, QFragment&& 
       mma::cp_async_wait<0>();
       __syncwarp();
       consumers_sync();  // every warp's columns are in
-      for (int p0 = base; p0 < base + round_pairs; p0 += 8) {
-        const uint32_t* col = staged + size_t(p0 - base + lane / 4) * (kColBytes / 4) + t4;
-        write_entries(p0, [&](int kk, uint32_t& b0, uint32_t& b1) {
-          b0 = col[kk * 8];
-          b1 = col[kk * 8 + 4];
-        });
+      if (g == 16) {
+        // A warp's 16 rows are one token, and after the group sums every lane holds the sums of its two columns:
+        // four n-tiles' 32 sums go to one lane each (lane L: pair p0 + L), so that one logarithm per lane makes
+        // 32 entries instead of 8 (the logarithms were most of the fill's instructions; perf-log.md).
+        constexpr int kBatch = 4;
+        const int last_tile = base + (round_pairs - 1) / 8 * 8;  // the round's last n-tile
+        for (int p0 = base; p0 < base + round_pairs; p0 += 8 * kBatch) {
+          float mine = 0.0f;
+#pragma unroll
+          for (int u = 0; u < kBatch; ++u) {
+            // An n-tile past the round recomputes its last one; those lanes write nothing.
+            const int pu = ::min(p0 + 8 * u, last_tile);
+            const uint32_t* col = staged + size_t(pu - base + lane / 4) * (kColBytes / 4) + t4;
+            float x[4], sa0, sa1, sb0, sb1;
+            table_x(pu, x, [&](int kk, uint32_t& b0, uint32_t& b1) {
+              b0 = col[kk * 8];
+              b1 = col[kk * 8 + 4];
+            });
+            group_sums(x, sa0, sa1, sb0, sb1);
+            // Pair q = L % 8 of n-tile u is column 2 t4 + e of lane t4 = q / 2, e = q % 2.
+            const float s0 = __shfl_sync(0xffffffffu, sa0, (lane % 8) / 2);
+            const float s1 = __shfl_sync(0xffffffffu, sa1, (lane % 8) / 2);
+            if (lane / 8 == u) mine = lane % 2 ? s1 : s0;
+          }
+          const float b = row_a_bias(mine);
+          if (p0 + lane < base + round_pairs && row_a.valid)
+            sTable[(p0 + lane) * n_tokens_cta + row_a.token_slot] = b;
+        }
+      } else {
+        for (int p0 = base; p0 < base + round_pairs; p0 += 8) {
+          const uint32_t* col = staged + size_t(p0 - base + lane / 4) * (kColBytes / 4) + t4;
+          write_entries(p0, [&](int kk, uint32_t& b0, uint32_t& b1) {
+            b0 = col[kk * 8];
+            b1 = col[kk * 8 + 4];
+          });
+        }
       }
     }
     // The ring goes to the producer: each lane's arrival releases its own reads of the staged columns (an
