@@ -104,7 +104,7 @@ __device__ __forceinline__ void fill_bias_table(const TableFill& f, QFragment&& 
     for (int p = p_from; p < p_to && p < n_pairs; p += 8) (void)column_chunk(p);
   };
   // x = Q k̄^T of pairs p0 .. p0 + 7 for this thread's two rows, with the B fragment of k-step kk from
-  // b_frag(kk, b0, b1).
+  // b_frag(kk, b0, b1) (p0 only decides the profiling build's first-x mark).
   auto table_x = [&](int p0, float (&x)[4], auto&& b_frag) {
     x[0] = x[1] = x[2] = x[3] = 0.0f;
 #pragma unroll
@@ -167,11 +167,12 @@ __device__ __forceinline__ void fill_bias_table(const TableFill& f, QFragment&& 
           float mine = 0.0f;
 #pragma unroll
           for (int u = 0; u < kBatch; ++u) {
-            // An n-tile past the round recomputes its last one; those lanes write nothing.
+            // An n-tile past the round recomputes its last one; those lanes write nothing (and it is not the
+            // first n-tile, so the profiling mark is stamped once).
             const int pu = ::min(p0 + 8 * u, last_tile);
             const uint32_t* col = staged + size_t(pu - base + lane / 4) * (kColBytes / 4) + t4;
             float x[4], sa0, sa1, sb0, sb1;
-            table_x(pu, x, [&](int kk, uint32_t& b0, uint32_t& b1) {
+            table_x(p0 + 8 * u, x, [&](int kk, uint32_t& b0, uint32_t& b1) {
               b0 = col[kk * 8];
               b1 = col[kk * 8 + 4];
             });
