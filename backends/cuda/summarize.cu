@@ -15,6 +15,7 @@ constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
 constexpr int kMaxChunk = 128;
 constexpr int kMaxHeadDim = 256;  // the largest head dim the backend accepts
+constexpr int kMaxPerLane = kMaxHeadDim / 32;  // head-dim elements per lane in the logits
 
 struct SummarizeArgs {
   DeviceTensor k;          // [b, n, h_kv, d]
@@ -37,16 +38,29 @@ __global__ void __launch_bounds__(kThreads) summarize_kernel(SummarizeArgs a, bo
   const SequenceSpan sp = device_sequence_span(a.batch, s);
   if (c >= num_complete_chunks(sp.n_k, a.chunk)) return;
 
-  // The chunk's keys [chunk][d] are staged once with all loads in flight together: reading them row by row from
-  // global memory, as the logits and the weighted sum need them, put one L2 round trip per key on the critical
-  // path (about 10 us for a decode step's single chunk, against ~1 us now).
   extern __shared__ uint4 smem_keys_raw[];
   T* keys = reinterpret_cast<T*>(smem_keys_raw);
-  __shared__ float query[kMaxHeadDim];
-  __shared__ float logits[kMaxChunk];
-  __shared__ float weights[kMaxChunk];
+  __shared__ __align__(16) float logits[kMaxChunk];
+  __shared__ __align__(16) float weights[kMaxChunk];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t key0 = sp.k_begin + c * a.chunk;
+  // The summary query in registers: lane l holds elements l, l + 32, ... of the head dim (the order in which a
+  // key's dot product takes them). Its loads are issued before the keys are stored, so that the two round trips
+  // overlap: in a decode step (one chunk per sequence) the kernel is a chain of such latencies.
+  const bool have_query = a.summary_query != nullptr;
+  float qv[kMaxPerLane];
+  auto load_query = [&]() {
+#pragma unroll
+    for (int j = 0; j < kMaxPerLane; ++j) {
+      const int e = lane + 32 * j;
+      qv[j] = !have_query || e >= a.d ? 0.0f
+              : a.sq_is_f32 ? static_cast<const float*>(a.summary_query)[r * a.sq_row_stride + e]
+                            : to_float(static_cast<const T*>(a.summary_query)[r * a.sq_row_stride + e]);
+    }
+  };
+  // The chunk's keys [chunk][d] are staged once with all loads in flight together: reading them row by row from
+  // global memory, as the logits and the weighted sum need them, put one L2 round trip per key on the critical
+  // path (about 10 us for a decode step's single chunk).
   if (vector_copy) {
     // Batches of kCopyBatch loads per thread are issued before any is stored: a loop that stores each piece as it
     // arrives waits one DRAM round trip per piece (8 per thread at C = 64, d = 128, ~8 us for a decode step).
@@ -63,6 +77,7 @@ __global__ void __launch_bounds__(kThreads) summarize_kernel(SummarizeArgs a, bo
               a.k.ptr<T>(sp.batch_index, key0 + task / pieces, r, (task % pieces) * 8));
         }
       }
+      if (base == 0) load_query();
 #pragma unroll
       for (int i = 0; i < kCopyBatch; ++i) {
         const int task = base + i * kThreads + threadIdx.x;
@@ -70,28 +85,38 @@ __global__ void __launch_bounds__(kThreads) summarize_kernel(SummarizeArgs a, bo
       }
     }
   } else {
+    load_query();
     for (int task = threadIdx.x; task < a.chunk * a.d; task += kThreads)
       keys[task] = *a.k.ptr<T>(sp.batch_index, key0 + task / a.d, r, task % a.d);
   }
-  const bool have_query = a.summary_query != nullptr;
-  for (int e = threadIdx.x; e < a.d; e += kThreads) {
-    query[e] = !have_query ? 0.0f
-               : a.sq_is_f32 ? static_cast<const float*>(a.summary_query)[r * a.sq_row_stride + e]
-                             : to_float(static_cast<const T*>(a.summary_query)[r * a.sq_row_stride + e]);
-  }
   __syncthreads();
 
-  // Logits: one warp per key, lanes over the head dim, butterfly reduction (fixed order). Unrolled so that the
-  // shuffle chains of several keys overlap.
-#pragma unroll 4
-  for (int t = warp; t < a.chunk; t += kWarps) {
-    float dot = 0.0f;
+  // Logits: one warp per key, lanes over the head dim (each lane's elements in ascending order from 0), butterfly
+  // reduction (fixed order). Four keys per step keep four independent load, multiply-add and shuffle chains in
+  // flight (keys past the chunk read key 0 and are not stored).
+  for (int t0 = warp; t0 < a.chunk; t0 += 4 * kWarps) {
+    float dot[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     if (have_query) {
-      const T* krow = keys + t * a.d;
-      for (int e = lane; e < a.d; e += 32) dot = fmaf(query[e], to_float(krow[e]), dot);
-      for (int off = 16; off > 0; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
+#pragma unroll
+      for (int j = 0; j < kMaxPerLane; ++j) {
+        const int e = lane + 32 * j;
+        if (e < a.d) {
+#pragma unroll
+          for (int u = 0; u < 4; ++u) {
+            const int t = t0 + u * kWarps < a.chunk ? t0 + u * kWarps : 0;
+            dot[u] = fmaf(qv[j], to_float(keys[t * a.d + e]), dot[u]);
+          }
+        }
+      }
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1)
+#pragma unroll
+        for (int u = 0; u < 4; ++u) dot[u] += __shfl_xor_sync(0xffffffffu, dot[u], off);
     }
-    if (lane == 0) logits[t] = dot * a.inv_sqrt_d;
+    if (lane == 0)
+#pragma unroll
+      for (int u = 0; u < 4; ++u)
+        if (t0 + u * kWarps < a.chunk) logits[t0 + u * kWarps] = dot[u] * a.inv_sqrt_d;
   }
   __syncthreads();
 
@@ -106,7 +131,16 @@ __global__ void __launch_bounds__(kThreads) summarize_kernel(SummarizeArgs a, bo
     __syncwarp();
     if (lane == 0) {
       float sum = 0.0f;
-      for (int t = 0; t < a.chunk; ++t) sum += weights[t];
+      int t = 0;
+#pragma unroll 4
+      for (; t + 4 <= a.chunk; t += 4) {  // 16-byte loads, added one by one in key order
+        const float4 w4 = *reinterpret_cast<const float4*>(weights + t);
+        sum += w4.x;
+        sum += w4.y;
+        sum += w4.z;
+        sum += w4.w;
+      }
+      for (; t < a.chunk; ++t) sum += weights[t];
       inv_sum = 1.0f / sum;
     }
   }
@@ -114,9 +148,11 @@ __global__ void __launch_bounds__(kThreads) summarize_kernel(SummarizeArgs a, bo
   for (int t = threadIdx.x; t < a.chunk; t += kThreads) weights[t] *= inv_sum;
   __syncthreads();
 
-  // Weighted sum of the keys: one thread per output element, keys in order.
+  // Weighted sum of the keys: one thread per output element, keys in order (unrolled so that the shared-memory
+  // loads run ahead of the multiply-add chain).
   for (int e = threadIdx.x; e < a.d; e += kThreads) {
     float acc = 0.0f;
+#pragma unroll 16
     for (int t = 0; t < a.chunk; ++t) acc = fmaf(weights[t], to_float(keys[t * a.d + e]), acc);
     *a.summaries.ptr<T>(s, c, r, e) = from_float<T>(acc);
   }
