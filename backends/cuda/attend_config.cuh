@@ -60,6 +60,15 @@ struct AttendConfig {
   static constexpr uint32_t kBlockBytes = kTileKeys * 128;  // one 64-key x 64-column box
   static constexpr uint32_t kTileBytes = uint32_t(kTileElems) * sizeof(Element);
   static constexpr size_t kRingBytes = size_t(kStages) * 2 * kTileBytes;
+  // The bias table's staged k̄ columns (attend_table.cuh): D * 2 + 16 bytes each, in the ring's last stages. A
+  // table that fits in fewer than all of them leaves the first stages to the producer, which fills them while
+  // the table is built; a larger one takes the whole ring, in rounds.
+  static constexpr int kKbarColBytes = kHeadDim * 2 + 16;
+  __host__ __device__ static constexpr int kbar_staging_stages(int n_pairs) {
+    for (int ns = 1; ns < kStages; ++ns)
+      if (int(size_t(ns) * 2 * kTileBytes / kKbarColBytes) / 8 * 8 >= n_pairs) return ns;
+    return kStages;
+  }
   static constexpr size_t kQBytes = size_t(kRows) * kHeadDim * sizeof(Element);
   static constexpr int kBiasScratch = 4 * (kRows < 32 ? 32 : kRows);  // head weights of one batch of bias items
   // The producer's per-stage tables, or (consumer bias) each warp's τ/μ of its rows (32 floats) and the bias of

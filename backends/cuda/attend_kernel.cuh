@@ -124,6 +124,24 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   int64_t tile_start = 0, tile_count = 0;
   int union_words = 0;
   bool use_warpgroups = Cfg::kWgmma;
+  // Stage 1's threshold tau of each consumer row's head and mu of its token, for the consumer-computed bias: loaded
+  // here, at entry, so that their latency overlaps the Q copy and the union's mask loads instead of adding a round
+  // trip (behind the other CTAs' tile streams) between the union and the bias table. Lane 4j of a consumer warp
+  // holds the two rows lane / 4 and lane / 4 + 8 of its slab; they are parked in shared memory after the union.
+  const int slab_row = Cfg::kTileSplit ? 0 : warp * 16;  // first row of this warp's 16-row slab
+  float2 early_tau_mu[2] = {make_float2(0.0f, 0.0f), make_float2(0.0f, 0.0f)};
+  if (Cfg::kConsumerBias && any_rows && warp < Cfg::kWarps && lane % 4 == 0) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int64_t R = row0 + slab_row + lane / 4 + 8 * half;
+      if (R < rows_in_seq) {
+        const int64_t token = R / g;
+        early_tau_mu[half].x =
+            static_cast<const float*>(a.tau.data)[row_output_offset(a.tau, sp, kv_head * g + int(R % g), token)];
+        early_tau_mu[half].y = static_cast<const float*>(a.mu.data)[row_output_offset(a.mu, sp, kv_head, token)];
+      }
+    }
+  }
   if (any_rows) {
     // Q rows of this CTA (row r = token (row0 + r) / g, head (row0 + r) % g), zero-filled past the sequence.
     const Element* qb = static_cast<const Element*>(a.q.data);
@@ -245,16 +263,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       if (warp > Cfg::kWarps) return;  // the producer warpgroup's idle warps
     }
     const int n_tokens = any_rows ? int(last_token - first_token + 1) : 0;
-    if (stage_kbar) {
-      mma::mbar_wait(ring_free_bar, 0u);
-      // The consumers' reads of the staged columns (generic proxy) before the tensor copies' writes (async proxy).
-      if constexpr (Cfg::kWgmma) wgmma::fence_proxy_async();
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-      else asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-#endif
-    }
+    // The stages the table's k̄ columns occupy (the last ones) are filled only once the consumers release them;
+    // the stages before them right away (-1: nothing staged, no wait).
+    const int ring_free_from = stage_kbar ? kStages - Cfg::kbar_staging_stages(n_pairs) : -1;
     attend_produce<Cfg>(a, sp, seq, kv_head, lane, cursor, n_iter, first_token, n_tokens, per_tile, kbar_per_tile,
-                        producer_table, full_bar, empty_bar, sRing, sKbar, sBias, sUnion, tmap_k, tmap_v);
+                        producer_table, full_bar, empty_bar, sRing, sKbar, sBias, sUnion, tmap_k, tmap_v,
+                        ring_free_from, ring_free_bar);
     return;
   }
 
@@ -272,32 +286,20 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     if (ri.valid) ri.route = token_routing(a, sp, kv_head, token);
     return ri;
   };
-  // This thread's two rows of the warp's 16-row slab (fragment rows lane / 4 and lane / 4 + 8).
-  // First row of this warp's 16-row slab (all warps share slab 0 with the tile split).
-  const int slab_row = Cfg::kTileSplit ? 0 : warp * 16;
+  // This thread's two rows of the warp's 16-row slab (fragment rows lane / 4 and lane / 4 + 8; all warps share
+  // slab 0 with the tile split).
   const RowInfo row_a = make_row(slab_row + lane / 4);
   const RowInfo row_b = make_row(slab_row + lane / 4 + 8);
   MaskWordCache words_a, words_b;  // the rows' current mask words (the tile walk is ascending)
-  // Stage 1's threshold tau of each row's head and mu of its token, constant over the tiles, parked in the
-  // (then unused) producer bias tables rather than in registers: the warpgroup tiling runs at its register cap.
+  // tau and mu (loaded at entry), constant over the tiles, parked in the (then unused) producer bias tables rather
+  // than in registers: the warpgroup tiling runs at its register cap.
   float2* row_tau_mu = reinterpret_cast<float2*>(sBias) + warp * 16;
   // The bias of the current tile's chunks qd = 0..3 per row of this warp: [16][4].
   float* row_bias = sBias + Cfg::kWarps * 32 + warp * 16 * 4;
   if (use_table || kbar_per_tile) {  // (the producer's tables, then unused, hold them)
     if (lane % 4 == 0) {
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const RowInfo& ri = half ? row_b : row_a;
-        const int r = lane / 4 + 8 * half;
-        const int64_t R = row0 + slab_row + r;
-        const int64_t token = R / g;
-        float2 tm = make_float2(0.0f, 0.0f);
-        if (ri.valid) {
-          tm.x = static_cast<const float*>(a.tau.data)[row_output_offset(a.tau, sp, kv_head * g + int(R % g), token)];
-          tm.y = static_cast<const float*>(a.mu.data)[row_output_offset(a.mu, sp, kv_head, token)];
-        }
-        row_tau_mu[r] = tm;
-      }
+      row_tau_mu[lane / 4] = early_tau_mu[0];
+      row_tau_mu[lane / 4 + 8] = early_tau_mu[1];
     }
     __syncwarp();
   }

@@ -14,7 +14,9 @@
 namespace dashattn::cuda {
 
 // Walks tiles of rank tile_start.. (cursor) for n_iter steps; kbar_per_tile / producer_table say which bias data
-// the consumers expect with each tile. One arrival per lane and phase on the stage's full barrier.
+// the consumers expect with each tile. One arrival per lane and phase on the stage's full barrier. Step
+// ring_free_from (if reached) first waits for ring_free_bar: its stage and the later ones held the bias table's
+// staged k̄ columns.
 template <class Cfg>
 __device__ __forceinline__ void attend_produce(const AttendArgs& a, const SequenceSpan& sp, int seq, int kv_head,
                                                int lane, TileCursor cursor, int n_iter, int64_t first_token,
@@ -22,7 +24,8 @@ __device__ __forceinline__ void attend_produce(const AttendArgs& a, const Sequen
                                                uint32_t full_bar, uint32_t empty_bar,
                                                typename Cfg::Element* sRing, unsigned char* sKbar, float* sBias,
                                                const uint32_t* sUnion, const CUtensorMap& tmap_k,
-                                               const CUtensorMap& tmap_v) {
+                                               const CUtensorMap& tmap_v, int ring_free_from,
+                                               uint32_t ring_free_bar) {
   using Element = typename Cfg::Element;
   constexpr int D = Cfg::kHeadDim;
   constexpr int kStages = Cfg::kStages;
@@ -40,6 +43,15 @@ __device__ __forceinline__ void attend_produce(const AttendArgs& a, const Sequen
     const int stage = it % kStages;
     const uint32_t fb = full_bar + 8u * stage;
     if (it >= kStages) mma::mbar_wait(empty_bar + 8u * stage, uint32_t((it / kStages - 1) & 1));
+    if (it == ring_free_from) {
+      // Stages from here on held the bias table's k̄ columns: wait until every consumer lane is done with them,
+      // then order those reads (generic proxy) before the copies' writes (async proxy).
+      mma::mbar_wait(ring_free_bar, 0u);
+      if constexpr (Cfg::kWgmma) wgmma::fence_proxy_async();
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+      else asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+    }
     const int64_t tile = cursor.next(sUnion);
     Element* sK = sRing + size_t(stage) * 2 * Cfg::kTileElems;
     Element* sV = sK + Cfg::kTileElems;

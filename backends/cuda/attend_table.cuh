@@ -47,8 +47,8 @@ __device__ __forceinline__ void fill_bias_table(const TableFill& f, QFragment&& 
                                                 ConsumersSync&& consumers_sync) {
   using Element = typename Cfg::Element;
   constexpr int D = Cfg::kHeadDim;
-  constexpr int kColBytes = D * 2 + 16;
-  constexpr int kStagedCols = int(Cfg::kRingBytes / kColBytes) / 8 * 8;
+  constexpr int kColBytes = Cfg::kKbarColBytes;
+  constexpr size_t kStageBytes = 2 * size_t(Cfg::kTileBytes);
   const AttendArgs& a = f.a;
   const SequenceSpan& sp = f.sp;
   const int seq = f.seq, kv_head = f.kv_head, warp = f.warp, lane = f.lane, g = f.g;
@@ -57,10 +57,14 @@ __device__ __forceinline__ void fill_bias_table(const TableFill& f, QFragment&& 
   const RowInfo& row_b = f.row_b;
   const int n_pairs = f.n_pairs, n_tokens_cta = f.n_tokens_cta, per_tile = f.per_tile;
   const uint32_t* sUnion = f.sUnion;
-  unsigned char* sRing = f.sRing;
   float* sTable = f.sTable;
   const bool stage_kbar = f.stage_kbar;
   const uint32_t ring_free_bar = f.ring_free_bar;
+  // The columns go to the ring's last stages (all of them when the table needs rounds): the producer meanwhile
+  // fills the first ones, so that the first tiles wait in the ring when the table is done.
+  const int staging_stages = Cfg::kbar_staging_stages(n_pairs);
+  unsigned char* sRing = f.sRing + size_t(Cfg::kStages - staging_stages) * kStageBytes;
+  const int kStagedCols = int(size_t(staging_stages) * kStageBytes / kColBytes) / 8 * 8;
   const Element* summ = static_cast<const Element*>(a.summaries.data);
   const int64_t n_complete = sp.n_k >> a.log2_chunk;
   const bool writer = (lane / 4) % g == 0;  // the first row of its token (g divides 8, or row 0 with g = 16)
