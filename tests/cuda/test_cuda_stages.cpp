@@ -282,6 +282,13 @@ TEST_CASE("cuda stages 0 and 1 match the reference") {
     dover.method.chunk_size = 16;
     dover.dense_candidates = true;
     cases.push_back(dover);
+    // A packed batch with one- and three-token sequences: the single-sweep kernel (not the cluster one, whose
+    // launches hold one query per sequence) splits the chunk axis of the one-token block across its warps, and runs
+    // the three-token block with warps that hold no rows.
+    Case vs{"varlen decode-like, d=128, g=16, C=64", spec(1, 0, 0, 32, 2, 128, DType::kBF16, 8.0, 47), {}};
+    vs.spec.varlen_q = {200, 1, 3};
+    vs.spec.varlen_k = {200, 3000, 1500};
+    cases.push_back(vs);
     Case m{"mean pooling, bhnd, g=1, C=128, gamma=2", spec(1, 1500, 1500, 2, 2, 128, DType::kBF16, 6.0, 41), {}};
     m.spec.zero_summary_query = true;
     m.spec.layout = ref::Layout::kBHND;
