@@ -165,22 +165,33 @@ __device__ __forceinline__ void fill_bias_table(const TableFill& f, QFragment&& 
         // A warp's 16 rows are one token, and after the group sums every lane holds the sums of its two columns:
         // four n-tiles' 32 sums go to one lane each (lane L: pair p0 + L), so that one logarithm per lane makes
         // 32 entries instead of 8 (the logarithms were most of the fill's instructions; perf-log.md).
+        // The four n-tiles' x = Q k̄^T are computed k-step by k-step: one Q fragment per k-step serves all four,
+        // and the four MMA chains overlap (the fill was latency-bound: ~1000 cycles per n-tile; perf-log.md,
+        // eighth pass). Each x takes the same products in the same order as table_x (bitwise-equal entries).
         constexpr int kBatch = 4;
         const int last_tile = base + (round_pairs - 1) / 8 * 8;  // the round's last n-tile
         for (int p0 = base; p0 < base + round_pairs; p0 += 8 * kBatch) {
           float mine = 0.0f;
+          // An n-tile past the round recomputes its last one; those lanes write nothing.
+          const uint32_t* col[kBatch];
+#pragma unroll
+          for (int u = 0; u < kBatch; ++u)
+            col[u] = staged + size_t(::min(p0 + 8 * u, last_tile) - base + lane / 4) * (kColBytes / 4) + t4;
+          float xs[kBatch][4];
+#pragma unroll
+          for (int u = 0; u < kBatch; ++u) xs[u][0] = xs[u][1] = xs[u][2] = xs[u][3] = 0.0f;
+#pragma unroll
+          for (int kk = 0; kk < Cfg::kKSteps; ++kk) {
+            uint32_t qa[4];
+            q_fragment(kk, qa);
+#pragma unroll
+            for (int u = 0; u < kBatch; ++u) mma::mma_16816<Element>(xs[u], qa, col[u][kk * 8], col[u][kk * 8 + 4]);
+          }
+          if (tid == 0 && p0 == first) phase_mark_ready(PhaseKernel::kAttend, 4, xs[0][0]);
 #pragma unroll
           for (int u = 0; u < kBatch; ++u) {
-            // An n-tile past the round recomputes its last one; those lanes write nothing (and it is not the
-            // first n-tile, so the profiling mark is stamped once).
-            const int pu = ::min(p0 + 8 * u, last_tile);
-            const uint32_t* col = staged + size_t(pu - base + lane / 4) * (kColBytes / 4) + t4;
-            float x[4], sa0, sa1, sb0, sb1;
-            table_x(p0 + 8 * u, x, [&](int kk, uint32_t& b0, uint32_t& b1) {
-              b0 = col[kk * 8];
-              b1 = col[kk * 8 + 4];
-            });
-            group_sums(x, sa0, sa1, sb0, sb1);
+            float sa0, sa1, sb0, sb1;
+            group_sums(xs[u], sa0, sa1, sb0, sb1);
             // Pair q = L % 8 of n-tile u is column 2 t4 + e of lane t4 = q / 2, e = q % 2.
             const float s0 = __shfl_sync(0xffffffffu, sa0, (lane % 8) / 2);
             const float s1 = __shfl_sync(0xffffffffu, sa1, (lane % 8) / 2);
