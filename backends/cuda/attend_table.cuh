@@ -107,23 +107,32 @@ __device__ __forceinline__ void fill_bias_table(const TableFill& f, QFragment&& 
   auto skip_to = [&](int p_from, int p_to) {
     for (int p = p_from; p < p_to && p < n_pairs; p += 8) (void)column_chunk(p);
   };
-  // x = Q k̄^T of pairs p0 .. p0 + 7 for this thread's two rows, with the B fragment of k-step kk from
-  // b_frag(kk, b0, b1) (p0 only decides the profiling build's first-x mark).
-  auto table_x = [&](int p0, float (&x)[4], auto&& b_frag) {
-    x[0] = x[1] = x[2] = x[3] = 0.0f;
+  // x = Q k̄^T of the n-tiles u = 0 .. N - 1 of xs[N][4] (pairs p0 + 8 u .. p0 + 8 u + 7) for this thread's two rows,
+  // with the B fragment of n-tile u at k-step kk from b_frag(u, kk, b0, b1), k-step by k-step: one Q fragment per
+  // k-step serves all n-tiles, whose MMA chains are then in flight together (one n-tile at a time, the fill was
+  // latency-bound: ~1000 cycles per n-tile; perf-log.md, eighth pass). p0 only decides the profiling build's mark.
+  auto table_x = [&](int p0, auto& xs, auto&& b_frag) {
+    constexpr int kN = int(sizeof(xs) / sizeof(xs[0]));
+#pragma unroll
+    for (int u = 0; u < kN; ++u) xs[u][0] = xs[u][1] = xs[u][2] = xs[u][3] = 0.0f;
 #pragma unroll
     for (int kk = 0; kk < Cfg::kKSteps; ++kk) {
-      uint32_t qa[4], b0, b1;
+      uint32_t qa[4];
       q_fragment(kk, qa);
-      b_frag(kk, b0, b1);
-      mma::mma_16816<Element>(x, qa, b0, b1);
+#pragma unroll
+      for (int u = 0; u < kN; ++u) {
+        uint32_t b0, b1;
+        b_frag(u, kk, b0, b1);
+        mma::mma_16816<Element>(xs[u], qa, b0, b1);
+      }
     }
-    if (tid == 0 && p0 == first) phase_mark_ready(PhaseKernel::kAttend, 4, x[0]);
+    if (tid == 0 && p0 == first) phase_mark_ready(PhaseKernel::kAttend, 4, xs[0][0]);
   };
   // The table entries of pairs p0 .. p0 + 7: the group sums, and the first row of each token writes.
   auto write_entries = [&](int p0, auto&& b_frag) {
-    float x[4];
-    table_x(p0, x, b_frag);
+    float xs[1][4];
+    table_x(p0, xs, [&](int, int kk, uint32_t& b0, uint32_t& b1) { b_frag(kk, b0, b1); });
+    const float (&x)[4] = xs[0];
     float ba0, ba1, bb0, bb1;
     group_bias(x, ba0, ba1, bb0, bb1);
 #pragma unroll
@@ -165,9 +174,6 @@ __device__ __forceinline__ void fill_bias_table(const TableFill& f, QFragment&& 
         // A warp's 16 rows are one token, and after the group sums every lane holds the sums of its two columns:
         // four n-tiles' 32 sums go to one lane each (lane L: pair p0 + L), so that one logarithm per lane makes
         // 32 entries instead of 8 (the logarithms were most of the fill's instructions; perf-log.md).
-        // The four n-tiles' x = Q k̄^T are computed k-step by k-step: one Q fragment per k-step serves all four,
-        // and the four MMA chains overlap (the fill was latency-bound: ~1000 cycles per n-tile; perf-log.md,
-        // eighth pass). Each x takes the same products in the same order as table_x (bitwise-equal entries).
         constexpr int kBatch = 4;
         const int last_tile = base + (round_pairs - 1) / 8 * 8;  // the round's last n-tile
         for (int p0 = base; p0 < base + round_pairs; p0 += 8 * kBatch) {
@@ -178,16 +184,10 @@ __device__ __forceinline__ void fill_bias_table(const TableFill& f, QFragment&& 
           for (int u = 0; u < kBatch; ++u)
             col[u] = staged + size_t(::min(p0 + 8 * u, last_tile) - base + lane / 4) * (kColBytes / 4) + t4;
           float xs[kBatch][4];
-#pragma unroll
-          for (int u = 0; u < kBatch; ++u) xs[u][0] = xs[u][1] = xs[u][2] = xs[u][3] = 0.0f;
-#pragma unroll
-          for (int kk = 0; kk < Cfg::kKSteps; ++kk) {
-            uint32_t qa[4];
-            q_fragment(kk, qa);
-#pragma unroll
-            for (int u = 0; u < kBatch; ++u) mma::mma_16816<Element>(xs[u], qa, col[u][kk * 8], col[u][kk * 8 + 4]);
-          }
-          if (tid == 0 && p0 == first) phase_mark_ready(PhaseKernel::kAttend, 4, xs[0][0]);
+          table_x(p0, xs, [&](int u, int kk, uint32_t& b0, uint32_t& b1) {
+            b0 = col[u][kk * 8];
+            b1 = col[u][kk * 8 + 4];
+          });
 #pragma unroll
           for (int u = 0; u < kBatch; ++u) {
             float sa0, sa1, sb0, sb1;
