@@ -444,7 +444,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 
   // Logits of one tile (S in log2 units, bias and mask applied) and the online softmax update of m and l; S is
   // left holding P. Returns the factors the O accumulator must be rescaled by, which the caller applies once no
-  // P V that writes O is in flight.
+  // P V that writes O is in flight (rescale_o skips a warp whose factors are all 1).
+  //
+  // Two savings on the per-tile instruction count (the warpgroup loop issues ~500 instructions per tile and
+  // warp, against 12 wgmma):
+  // - With one bias per row and tile (C >= 64, or no bias) the logits are fma(s, scale, b). The mask goes onto
+  //   the raw scores and the row maximum is taken on them: fma is non-decreasing in s for scale > 0, so the
+  //   largest logit is the logit of the largest score. The exponent then folds scale, bias and maximum into one
+  //   fma per score, as FlashAttention does, instead of an fma and a subtraction.
+  // - A row's reference maximum m moves only when the row sees a logit more than kMaxSlack above it. Otherwise
+  //   P = 2^(logit - m) stays below 2^kMaxSlack and the rescale factor is exactly 1; rescale_o skips the 64
+  //   multiplies when every row of the warp kept its m. Any m gives the same softmax: o = O / l and
+  //   lse = m + log2 l are computed against the same m.
+  constexpr float kMaxSlack = 8.0f;  // log2 units: P < 256, well inside bf16 / f16 range
   auto online_softmax = [&](float (&s)[8][4], int it, int stage, int64_t tile, uint64_t keys_a, uint64_t keys_b,
                             float& corr_a, float& corr_b) {
     const int64_t k0 = tile * kTileKeys;
@@ -466,27 +478,22 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
         if (row_b.valid && c < row_b.route.diag) bb = tb[qd];
       }
     };
+    // Logit = fma(s, row_scale, row bias): the raw score with the row's bias (C >= 64: one chunk per tile, two
+    // loads per tile), or, with several chunks per tile, s already turned into the logit (scale 1, bias 0).
+    float row_scale = a.scale_log2, ba = 0.0f, bb = 0.0f;
     if (bias_on && per_tile == 1) {
-      // C >= 64: one chunk per tile, one bias per row (the common case: two loads per tile).
-      float ba, bb;
       tile_bias(0, ba, bb);
+    } else if (bias_on) {
+      row_scale = 1.0f;
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt) {
-        s[nt][0] = fmaf(s[nt][0], a.scale_log2, ba);
-        s[nt][1] = fmaf(s[nt][1], a.scale_log2, ba);
-        s[nt][2] = fmaf(s[nt][2], a.scale_log2, bb);
-        s[nt][3] = fmaf(s[nt][3], a.scale_log2, bb);
-      }
-    } else {
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
-        float ba = 0.0f, bb = 0.0f;
+        float ta, tb;
         // An 8-key n-tile lies inside one chunk (C >= 16).
-        if (bias_on) tile_bias((nt * 8) >> a.log2_chunk, ba, bb);
+        tile_bias((nt * 8) >> a.log2_chunk, ta, tb);
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          s[nt][e] = fmaf(s[nt][e], a.scale_log2, ba);
-          s[nt][2 + e] = fmaf(s[nt][2 + e], a.scale_log2, bb);
+          s[nt][e] = fmaf(s[nt][e], a.scale_log2, ta);
+          s[nt][2 + e] = fmaf(s[nt][2 + e], a.scale_log2, tb);
         }
       }
     }
@@ -510,21 +517,30 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
     mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
     mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
-    const float new_a = fmaxf(m_a, mx_a), new_b = fmaxf(m_b, mx_b);
-    // A row that has seen no key yet keeps m = -inf; subtracting 0 then keeps exp2 at 0 instead of NaN.
-    const float use_a = new_a == -INFINITY ? 0.0f : new_a;
-    const float use_b = new_b == -INFINITY ? 0.0f : new_b;
-    corr_a = mma::exp2_approx(m_a - use_a);
-    corr_b = mma::exp2_approx(m_b - use_b);
-    m_a = new_a;
-    m_b = new_b;
+    // The rows' largest logits (-inf stays -inf: the scale is > 0 and the bias finite).
+    const float new_a = fmaxf(m_a, fmaf(mx_a, row_scale, ba)), new_b = fmaxf(m_b, fmaf(mx_b, row_scale, bb));
+    // Each row decides alone (a warp vote here sat on every tile's critical path). A row's first keys move m from
+    // -inf: the factor is then 0, and O and l are still 0.
+    corr_a = 1.0f;
+    corr_b = 1.0f;
+    if (new_a > m_a + kMaxSlack) {
+      corr_a = mma::exp2_approx(m_a - new_a);
+      m_a = new_a;
+    }
+    if (new_b > m_b + kMaxSlack) {
+      corr_b = mma::exp2_approx(m_b - new_b);
+      m_b = new_b;
+    }
+    // A row that has seen no key yet: subtracting 0 keeps exp2 at 0 instead of NaN.
+    const float off_a = ba - (m_a == -INFINITY ? 0.0f : m_a);
+    const float off_b = bb - (m_b == -INFINITY ? 0.0f : m_b);
     float sum_a = 0.0f, sum_b = 0.0f;
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
-      s[nt][0] = mma::exp2_approx(s[nt][0] - use_a);
-      s[nt][1] = mma::exp2_approx(s[nt][1] - use_a);
-      s[nt][2] = mma::exp2_approx(s[nt][2] - use_b);
-      s[nt][3] = mma::exp2_approx(s[nt][3] - use_b);
+      s[nt][0] = mma::exp2_approx(fmaf(s[nt][0], row_scale, off_a));
+      s[nt][1] = mma::exp2_approx(fmaf(s[nt][1], row_scale, off_a));
+      s[nt][2] = mma::exp2_approx(fmaf(s[nt][2], row_scale, off_b));
+      s[nt][3] = mma::exp2_approx(fmaf(s[nt][3], row_scale, off_b));
       sum_a += s[nt][0] + s[nt][1];
       sum_b += s[nt][2] + s[nt][3];
     }
@@ -532,6 +548,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     l_b = l_b * corr_b + sum_b;
   };
   auto rescale_o = [&](float corr_a, float corr_b) {
+    if (!__any_sync(0xffffffffu, corr_a != 1.0f || corr_b != 1.0f)) return;  // most tiles: m did not move
 #pragma unroll
     for (int i = 0; i < Cfg::kONTiles; ++i) {
       acc_o[i][0] *= corr_a;
@@ -598,12 +615,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     };
     auto issue_s = [&](const Tile& t, float (&s)[8][4]) {
       const uint32_t sK_addr = sRing_addr + uint32_t(t.stage) * 2u * kTileBytes;
+      const uint64_t db0 = wgmma::desc_sw128(sK_addr, 16u, 1024u);
       wgmma::fence();
 #pragma unroll
       for (int kk = 0; kk < Cfg::kKSteps; ++kk) {
         // K-major operands; a k-step of 16 columns is 32 bytes into the 128-byte block.
         const uint32_t col = uint32_t(kk % 4) * 32u;
-        const uint64_t db = wgmma::desc_sw128(sK_addr + Cfg::kBlockBytes * (kk / 4) + col, 16u, 1024u);
+        const uint64_t db = wgmma::desc_advance(db0, Cfg::kBlockBytes * (kk / 4) + col);
         if constexpr (kSFromRegisters) {
           wgmma::mma_64x64x16_rs<Element>(s, qa[kk], db, kk > 0 ? 1 : 0);
         } else {
@@ -616,12 +634,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     auto issue_pv = [&](const Tile& t, const uint32_t (&pa)[4][4]) {
       // V is MN-major: 64-column blocks kBlockBytes apart, 8-key groups 1024 bytes apart; k-step j = 16 keys.
       const uint32_t sV_addr = sRing_addr + uint32_t(t.stage) * 2u * kTileBytes + kTileBytes;
+      const uint64_t dv0 = wgmma::desc_sw128(sV_addr, Cfg::kBlockBytes, 1024u);
       wgmma::fence();
 #pragma unroll
       for (int j = 0; j < 4; ++j)
         wgmma::mma_64x128x16_rs<Element>(reinterpret_cast<float(&)[16][4]>(acc_o), pa[j],
-                                         wgmma::desc_sw128(sV_addr + uint32_t(j) * 16u * kKVRowBytes,
-                                                           Cfg::kBlockBytes, 1024u));
+                                         wgmma::desc_advance(dv0, uint32_t(j) * 16u * kKVRowBytes));
       wgmma::commit();
     };
     // The per-tile bias (no table): x = Q k̄^T on mma.sync while the S of the same tile is in flight.

@@ -24,6 +24,14 @@ __device__ __forceinline__ uint64_t desc_sw128(uint32_t smem_addr, uint32_t lead
          (uint64_t((stride_bytes >> 4) & 0x3FFFu) << 32) | (uint64_t(1) << 62);
 }
 
+// The descriptor of the same matrix `bytes` further on: only the start-address field changes, and it cannot carry
+// into the next field while the address stays inside shared memory (< 2^18 bytes). A loop that issues several
+// wgmma per tile then adds constants to one descriptor instead of encoding each address anew (six instructions
+// per wgmma in the Stage-2 loop).
+__device__ __forceinline__ uint64_t desc_advance(uint64_t desc, uint32_t bytes) {
+  return (desc & 0xFFFFFFFF00000000ull) | uint32_t(uint32_t(desc) + (bytes >> 4));  // a 32-bit add, no carry
+}
+
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 constexpr bool kAvailable = true;
 __device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
