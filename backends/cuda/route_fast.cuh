@@ -148,7 +148,9 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
   const int r = blockIdx.y;
   const int64_t seq = blockIdx.z;
   const SequenceSpan sp = device_sequence_span(a.batch, seq);
-  const int64_t tok0 = static_cast<int64_t>(blockIdx.x) * a.tokens_per_block;
+  // Longest blocks first: a block's sweep grows with its tokens' position (causal), and the last wave of a
+  // shortest-first grid was its longest blocks.
+  const int64_t tok0 = static_cast<int64_t>(gridDim.x - 1 - blockIdx.x) * a.tokens_per_block;
   const int64_t owned_rows = a.batch.cu_seqlens_q != nullptr ? sp.n_q : a.batch.padded_n_q;
   if (tok0 >= owned_rows) return;
   const int tokens =
