@@ -130,8 +130,9 @@ void route_instance(const RouteParams& p, const ProblemShape& s, cudaStream_t st
     a.only_flagged = true;
   } else if (a.summaries_vec16 && q_vec16 && a.x_scale > 0.0f) {
     // Blocks of one warp's rows (decode) are few and latency-bound: a deeper ring and longer lists. Prefill keeps
-    // two tiles in flight and short lists so that three blocks fit on a multiprocessor. (Its maximum pass scales
-    // the row maxima, not every score, which needs x_scale > 0, i.e. γ > 0; other γ take the multi-pass kernel.)
+    // two tiles in flight and short lists so that three blocks fit on a multiprocessor (a third stage at two
+    // blocks per multiprocessor was slower: perf-log.md, ninth pass). (Its maxima are taken on the unscaled dot
+    // products, which needs x_scale > 0, i.e. γ > 0; other γ take the multi-pass kernel.)
     const bool decode_like = s.n_q * s.group <= C::kMTiles * 16;
     a.stages = decode_like ? kMaxStages : 2;
     a.list_cap = decode_like ? kDecodeListCap : kPrefillListCap;
