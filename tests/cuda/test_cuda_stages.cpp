@@ -1,7 +1,8 @@
 // Stage 0 and Stage 1 of the CUDA backend against the float64 reference: summaries within one rounding step of
 // the key dtype, masks exact except near-ties (the GPU scores in fp32 on tensor cores, the reference in float64),
-// τ, μ and active counts, padded / varlen / decode batches, all head dims and dtypes compiled in, the list and
-// the overflow solver paths, decode summaries bitwise equal to prefill ones, and bitwise reproducibility.
+// τ, μ and active counts, padded / varlen / decode batches, all head dims and dtypes compiled in, the list (with
+// its compaction under a climbing maximum) and the overflow solver paths, decode summaries bitwise equal to prefill
+// ones, and bitwise reproducibility.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -24,6 +25,8 @@ struct Case {
   // Some (token, KV head) must route more than this many chunks: a case meant to reach a code path that only
   // wide unions of the heads' supports take checks that it does.
   int64_t wide_union = 0;
+  // Rewrites the random problem before it goes to the device (planted score structure).
+  void (*plant)(ref::Problem&) = nullptr;
 };
 
 struct StageOutputs {
@@ -79,7 +82,8 @@ bool near_tie(double x, double tau) { return std::fabs(x - tau) <= 1e-4 * std::m
 
 void check_case(const Case& c) {
   INFO("case " << c.name);
-  const ref::Problem pr = ref::make_problem(c.spec);
+  ref::Problem pr = ref::make_problem(c.spec);
+  if (c.plant) c.plant(pr);
   DeviceProblem dp = to_device(pr);
   StageOutputs out = run_stages(pr, dp, c.method);
   const ref::Method m = ref::Method::from(c.method);
@@ -245,6 +249,42 @@ TEST_CASE("cuda small grid: routing emit of wide head unions") {
   w.method.chunk_size = 16;
   w.wide_union = 34;
   check_case(w);
+}
+
+// Scores that climb chunk after chunk: key dimension 0 is 0.2 c in chunk c (the other dimensions small noise; mean
+// pooling, so the summaries follow), query dimension 0 is 4, so x rises by about 0.05 per chunk and the last ~20 routable
+// chunks lie within 1 of a row's maximum. The prefill routing kernel lists each pair of 16-chunk sub-tiles
+// against the running maximum, so every pair adds ~20 entries that the next pairs make stale: past ~96 routable
+// chunks a 48-entry list fills and is compacted against the current maximum, several times per row, while no row
+// has more final candidates than fit. Small enough for the sanitizers.
+void plant_climbing_scores(ref::Problem& pr) {
+  const TensorView& k = pr.k.view;
+  const TensorView& q = pr.q.view;
+  const int64_t n_k = k.shape[1], h_kv = k.shape[2], d = k.shape[3], chunk = 16;
+  auto at = [](const TensorView& t, int64_t n, int64_t h, int64_t e) {
+    return static_cast<unsigned char*>(t.data) + t.offset(0, n, h, e) * dtype_size(t.dtype);
+  };
+  for (int64_t t = 0; t < n_k; ++t)
+    for (int64_t r = 0; r < h_kv; ++r)
+      for (int64_t e = 0; e < d; ++e) {
+        const float v = e == 0 ? 0.2f * float(t / chunk) : 0.05f * load_as_float(at(k, t, r, e), k.dtype);
+        store_from_float(at(k, t, r, e), k.dtype, v);
+      }
+  for (int64_t i = 0; i < q.shape[1]; ++i)
+    for (int64_t h = 0; h < q.shape[2]; ++h)
+      for (int64_t e = 0; e < d; ++e) {
+        const float v = e == 0 ? 4.0f : 0.1f * load_as_float(at(q, i, h, e), q.dtype);
+        store_from_float(at(q, i, h, e), q.dtype, v);
+      }
+}
+
+TEST_CASE("cuda small grid: routing lists compacted while the maximum climbs") {
+  if (!compiled(64)) return;
+  Case c{"climbing scores d=64 g=4 C=16", spec(1, 2000, 2000, 8, 2, 64, DType::kBF16, 1.0, 71), {}};
+  c.spec.zero_summary_query = true;
+  c.method.chunk_size = 16;
+  c.plant = plant_climbing_scores;
+  check_case(c);
 }
 
 TEST_CASE("cuda stages 0 and 1 match the reference") {
