@@ -446,8 +446,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   // left holding P. Returns the factors the O accumulator must be rescaled by, which the caller applies once no
   // P V that writes O is in flight (rescale_o skips a warp whose factors are all 1).
   //
-  // Two savings on the per-tile instruction count (the warpgroup loop issues ~500 instructions per tile and
-  // warp, against 12 wgmma):
+  // Two savings on the per-tile instruction count (the warpgroup loop issued ~500 instructions per tile and
+  // warp before them, against 12 wgmma; perf-log.md, ninth pass):
   // - With one bias per row and tile (C >= 64, or no bias) the logits are fma(s, scale, b). The mask goes onto
   //   the raw scores and the row maximum is taken on them: fma is non-decreasing in s for scale > 0, so the
   //   largest logit is the logit of the largest score. The exponent then folds scale, bias and maximum into one

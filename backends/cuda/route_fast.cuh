@@ -355,8 +355,8 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
             const int add = __popc(bits);
             const int col_idx = col_base + mt * 16 + grp + 8 * h;
             if (cnt[mt][h] + add > cap) {
-              // Rare: drop the entries that the maximum has since overtaken (they cannot carry weight), the
-              // quad's first lane in list order, then retry. Still too many: the row overflows.
+              // Rare: the quad's first lane drops the entries that the maximum has since overtaken (they cannot
+              // carry weight), keeping the list's order; then retry. Still too many: the row overflows.
               __syncwarp(quad_mask);  // the quad's earlier stores to this list are visible
               int kept = 0;
               if (quad == 0) {
