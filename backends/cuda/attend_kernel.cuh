@@ -44,6 +44,7 @@
 #include "attend_combine.cuh"
 #include "attend_config.cuh"
 #include "attend_masks.cuh"
+#include "attend_output.cuh"
 #include "attend_producer.cuh"
 #include "attend_table.cuh"
 #include "attend_wgmma.cuh"
@@ -454,9 +455,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   //   fma per score, as FlashAttention does, instead of an fma and a subtraction.
   // - A tile that raises no row's maximum has rescale factors of exactly 1, and rescale_o skips the 64
   //   multiplies when that holds for every row of the warp (most tiles once the rows have seen a few).
-  // The maximum itself stays exact: with a lazy one (m moved only when passed by 8, as FlashAttention-4 does,
-  // P up to 256) the largest P of a peaked row was no longer exactly 1 after rounding to bf16, and o missed the
-  // conformance bound (error 5x a naive same-precision computation's, against 2x allowed).
+  // The maximum itself stays exact, so the largest P of a peaked row is exactly 1 after rounding to bf16 (a lazy
+  // maximum broke the conformance bound: perf-log.md, ninth pass).
   auto online_softmax = [&](float (&s)[8][4], int it, int stage, int64_t tile, uint64_t keys_a, uint64_t keys_b,
                             float& corr_a, float& corr_b) {
     const int64_t k0 = tile * kTileKeys;
@@ -751,52 +751,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   constexpr float kLn2 = 0.6931471805599453f;
   const float lse_a = l_a > 0.0f ? (m_a + log2f(l_a)) * kLn2 : -INFINITY;
   const float lse_b = l_b > 0.0f ? (m_b + log2f(l_b)) * kLn2 : -INFINITY;
-  const bool varlen = a.batch.cu_seqlens_q != nullptr;
-  auto write_row = [&](const RowInfo& ri, int half, float inv, float lse) {
-    // Rows past the sequence: padding rows of a padded batch get o = 0 and lse = -inf; rows past the padded
-    // length, or (varlen) rows that belong to the next sequence, are left alone.
-    const int64_t R = row0 + slab_row + lane / 4 + 8 * half;
-    const int64_t token = R / g;
-    const int head = kv_head * g + int(R % g);
-    if (token >= a.batch.padded_n_q) return;
-    const bool valid = ri.valid;
-    if (a.num_splits > 1) {
-      if (!valid) return;  // the combine decides padding from the lengths
-      const int64_t row_id = (int64_t(seq) * a.h_q + head) * a.batch.padded_n_q + token;
-      const int64_t split_rows = int64_t(a.num_seqs) * a.h_q * a.batch.padded_n_q;
-      float* po = a.part_o + (int64_t(split) * split_rows + row_id) * D;
-#pragma unroll
-      for (int nt = 0; nt < Cfg::kONTiles; ++nt)
-        *reinterpret_cast<float2*>(po + nt * 8 + 2 * t4) =
-            make_float2(acc_o[nt][2 * half] * inv, acc_o[nt][2 * half + 1] * inv);
-      if (t4 == 0) a.part_lse[int64_t(split) * split_rows + row_id] = lse;
-      return;
-    }
-    if (!valid && varlen) return;
-    if (a.lse.defined() && t4 == 0)
-      static_cast<float*>(a.lse.data)[row_output_offset(a.lse, sp, head, token)] = valid ? lse : -INFINITY;
-    const float f = valid ? inv : 0.0f;
-    const int64_t base = a.o.offset(sp.batch_index, sp.q_begin + token, head);
-    if (a.o_dtype == DType::kF32) {
-      float* ob = static_cast<float*>(a.o.data) + base;
-#pragma unroll
-      for (int nt = 0; nt < Cfg::kONTiles; ++nt)
-        *reinterpret_cast<float2*>(ob + nt * 8 + 2 * t4) =
-            make_float2(acc_o[nt][2 * half] * f, acc_o[nt][2 * half + 1] * f);
-    } else if (a.o_dtype == DType::kBF16) {
-      uint32_t* ob = reinterpret_cast<uint32_t*>(static_cast<__nv_bfloat16*>(a.o.data) + base);
-#pragma unroll
-      for (int nt = 0; nt < Cfg::kONTiles; ++nt)
-        ob[(nt * 8 + 2 * t4) / 2] = mma::pack2<__nv_bfloat16>(acc_o[nt][2 * half] * f, acc_o[nt][2 * half + 1] * f);
-    } else {
-      uint32_t* ob = reinterpret_cast<uint32_t*>(static_cast<__half*>(a.o.data) + base);
-#pragma unroll
-      for (int nt = 0; nt < Cfg::kONTiles; ++nt)
-        ob[(nt * 8 + 2 * t4) / 2] = mma::pack2<__half>(acc_o[nt][2 * half] * f, acc_o[nt][2 * half + 1] * f);
-    }
-  };
-  write_row(row_a, 0, inv_a, lse_a);
-  write_row(row_b, 1, inv_b, lse_b);
+  const int64_t row_a_id = row0 + slab_row + lane / 4;
+  write_output_row<Cfg>(a, sp, seq, split, kv_head, row_a_id, row_a.valid, t4, 0, inv_a, lse_a, acc_o);
+  write_output_row<Cfg>(a, sp, seq, split, kv_head, row_a_id + 8, row_b.valid, t4, 1, inv_b, lse_b, acc_o);
   if (tid == 0)
     phase_finish(PhaseKernel::kAttend,
                  "attend: entry / union / counts / tau-mu / first x / table / first tile / loop / written");

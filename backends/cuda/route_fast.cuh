@@ -89,6 +89,21 @@ struct SegmentedList {
 // m − 1 can make it dip by an ulp.
 __device__ __forceinline__ float candidate_threshold(float m) { return m - 1.0f - 1e-4f * fmaxf(1.0f, fabsf(m)); }
 
+// Keeps the entries of one list column with x > thr, in their order; returns how many. The sweep compacts a list
+// about to overflow with it, and the solve drops the entries its row's final maximum overtook.
+__device__ __forceinline__ int compact_list(float* vals, uint16_t* ids, int n, float thr) {
+  int kept = 0;
+  for (int e = 0; e < n; ++e) {
+    const float x = vals[e];
+    if (x > thr) {
+      vals[kept] = x;
+      ids[kept] = ids[e];
+      ++kept;
+    }
+  }
+  return kept;
+}
+
 // Inclusive prefix sum of v over the lanes of a (converged) warp.
 __device__ __forceinline__ int warp_inclusive_sum(int v, int lane) {
 #pragma unroll
@@ -358,17 +373,9 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
               // Rare: the quad's first lane drops the entries that the maximum has since overtaken (they cannot
               // carry weight), keeping the list's order; then retry. Still too many: the row overflows.
               __syncwarp(quad_mask);  // the quad's earlier stores to this list are visible
-              int kept = 0;
-              if (quad == 0) {
-                for (int e = 0; e < cnt[mt][h]; ++e) {
-                  const float x = list_val[col_idx * lstride + e];
-                  if (x > thr[mt][h]) {
-                    list_val[col_idx * lstride + kept] = x;
-                    list_id[col_idx * lstride + kept] = list_id[col_idx * lstride + e];
-                    ++kept;
-                  }
-                }
-              }
+              const int kept = quad == 0 ? compact_list(list_val + col_idx * lstride, list_id + col_idx * lstride,
+                                                        cnt[mt][h], thr[mt][h])
+                                         : 0;
               __syncwarp(quad_mask);  // the compacted list is visible before the quad appends to it
               cnt[mt][h] = __shfl_sync(quad_mask, kept, lane & ~3);
               if (cnt[mt][h] + add > cap) {
@@ -479,20 +486,8 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
         // x > candidate_threshold(final maximum) in chunk order, the list a maximum pass followed by a listing
         // pass would build, so τ and the emit see the same values. (Left in, the stale entries, ~2.7 times the
         // candidates on the benchmark problem, made the solve and the emit slower than the saved pass.)
-        const float thr = candidate_threshold(col_max[rho]);
-        float* vals = list_val + rho * lstride;
-        uint16_t* ids = list_id + rho * lstride;
-        const int n_listed = col_count[rho];
-        int kept = 0;
-        for (int e = 0; e < n_listed; ++e) {
-          const float x = vals[e];
-          if (x > thr) {
-            vals[kept] = x;
-            ids[kept] = ids[e];
-            ++kept;
-          }
-        }
-        col_count[rho] = kept;
+        col_count[rho] = compact_list(list_val + rho * lstride, list_id + rho * lstride, col_count[rho],
+                                      candidate_threshold(col_max[rho]));
       }
       int ends[kWarps] = {};
       int n = 0;
