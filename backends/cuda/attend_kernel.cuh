@@ -134,25 +134,34 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   if (Cfg::kConsumerBias && any_rows && warp < Cfg::kWarps && lane % 4 == 0) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const int64_t R = row0 + slab_row + lane / 4 + 8 * half;
-      if (R < rows_in_seq) {
-        const int64_t token = R / g;
-        early_tau_mu[half].x =
-            static_cast<const float*>(a.tau.data)[row_output_offset(a.tau, sp, kv_head * g + int(R % g), token)];
+      const int r = slab_row + lane / 4 + 8 * half;
+      if (row0 + r < rows_in_seq) {
+        // 32-bit from the CTA's first token, as the Q copy below.
+        const int local = int(row0 - first_token * g) + r;
+        const int token_in_cta = local / g;
+        const int64_t token = first_token + token_in_cta;
+        early_tau_mu[half].x = static_cast<const float*>(a.tau.data)[row_output_offset(
+            a.tau, sp, kv_head * g + (local - token_in_cta * g), token)];
         early_tau_mu[half].y = static_cast<const float*>(a.mu.data)[row_output_offset(a.mu, sp, kv_head, token)];
       }
     }
   }
   if (any_rows) {
     // Q rows of this CTA (row r = token (row0 + r) / g, head (row0 + r) % g), zero-filled past the sequence.
-    const Element* qb = static_cast<const Element*>(a.q.data);
+    // In 32-bit arithmetic from the CTA's first token: row r is token first_token + (r_off + r) / g. (With a 64-bit
+    // division and offset per 16-byte piece, this loop and the union's were most of a CTA's first 2 us.)
+    const Element* q_first = static_cast<const Element*>(a.q.data) +
+                             a.q.offset(sp.batch_index, sp.q_begin + first_token, int64_t(kv_head) * g);
+    const int r_off = int(row0 - first_token * g);
+    const int rows_here = int(::min(int64_t(Cfg::kRows), rows_in_seq - row0));
     for (int task = tid; task < Cfg::kRows * Cfg::kRowPieces; task += Cfg::kThreads) {
       const int r = task / Cfg::kRowPieces;
       const int piece = task % Cfg::kRowPieces;
-      const int64_t R = row0 + r;
-      const bool ok = R < rows_in_seq;
+      const int token_in_cta = (r_off + r) / g;
+      const int head = r_off + r - token_in_cta * g;
+      const bool ok = r < rows_here;
       const Element* src =
-          qb + (ok ? a.q.offset(sp.batch_index, sp.q_begin + R / g, kv_head * g + R % g) + piece * 8 : 0);
+          ok ? q_first + token_in_cta * a.q.stride[1] + head * a.q.stride[2] + piece * 8 : q_first;
       mma::cp_async_16(sQ + q_swz<Cfg::kRows>(r, piece * 8), src, ok ? 16 : 0);
     }
     mma::cp_async_commit();
@@ -162,15 +171,22 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     union_words = int((last_pos / kTileKeys) / 32 + 1);
     for (int w = tid; w < union_words; w += Cfg::kThreads) sUnion[w] = 0u;
     __syncthreads();
-    const int64_t n_tokens = last_token - first_token + 1;
-    for (int64_t item = tid; item < n_tokens * union_words; item += Cfg::kThreads) {
-      const int64_t token = first_token + item / union_words;
-      const int w = int(item % union_words);
-      const RowRouting rr = token_routing(a, sp, kv_head, token);
-      const uint32_t bits = row_tile_word(rr, w, a.chunk, a.log2_chunk, a.mask_words, a.dense);
-      if (bits) {
-        atomicOr(&sUnion[w], bits);
-        if constexpr (Cfg::kWgmma) atomicAdd(&sCount[1], __popc(bits));
+    // Warp w takes tokens w, w + warps, ... (their routing computed once), its lanes the words; the per-token tile
+    // counts are summed per warp before one shared atomic (an atomic per word all hit one address).
+    const int n_tokens = int(last_token - first_token + 1);
+    for (int t = warp; t < n_tokens; t += Cfg::kThreads / 32) {
+      const RowRouting rr = token_routing(a, sp, kv_head, first_token + t);
+      int tiles = 0;
+      for (int w = lane; w < union_words; w += 32) {
+        const uint32_t bits = row_tile_word(rr, w, a.chunk, a.log2_chunk, a.mask_words, a.dense);
+        if (bits) {
+          atomicOr(&sUnion[w], bits);
+          tiles += __popc(bits);
+        }
+      }
+      if constexpr (Cfg::kWgmma) {
+        for (int off = 16; off > 0; off >>= 1) tiles += __shfl_xor_sync(0xffffffffu, tiles, off);
+        if (lane == 0 && tiles) atomicAdd(&sCount[1], tiles);
       }
     }
     __syncthreads();
@@ -279,10 +295,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   auto consumers_sync = [&]() { asm volatile("bar.sync 3, %0;\n" ::"n"(Cfg::kWarps * 32) : "memory"); };
   auto make_row = [&](int r) {
     RowInfo ri;
-    const int64_t R = row0 + r;
-    ri.valid = R < rows_in_seq;
-    const int64_t token = R / g;
-    ri.token_slot = int(token - first_token);
+    ri.valid = row0 + r < rows_in_seq;
+    ri.token_slot = (int(row0 - first_token * g) + r) / g;  // (32-bit, as the Q copy)
+    const int64_t token = first_token + ri.token_slot;
     ri.route = RowRouting{nullptr, -1, 0};
     if (ri.valid) ri.route = token_routing(a, sp, kv_head, token);
     return ri;
@@ -751,9 +766,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   constexpr float kLn2 = 0.6931471805599453f;
   const float lse_a = l_a > 0.0f ? (m_a + log2f(l_a)) * kLn2 : -INFINITY;
   const float lse_b = l_b > 0.0f ? (m_b + log2f(l_b)) * kLn2 : -INFINITY;
-  const int64_t row_a_id = row0 + slab_row + lane / 4;
-  write_output_row<Cfg>(a, sp, seq, split, kv_head, row_a_id, row_a.valid, t4, 0, inv_a, lse_a, acc_o);
-  write_output_row<Cfg>(a, sp, seq, split, kv_head, row_a_id + 8, row_b.valid, t4, 1, inv_b, lse_b, acc_o);
+  // (token, head) of the two rows in 32-bit arithmetic from the CTA's first token, as at entry.
+  const int local_a = int(row0 - first_token * g) + slab_row + lane / 4;
+  write_output_row<Cfg>(a, sp, seq, split, kv_head, first_token + row_a.token_slot,
+                        local_a - row_a.token_slot * g, row_a.valid, t4, 0, inv_a, lse_a, acc_o);
+  write_output_row<Cfg>(a, sp, seq, split, kv_head, first_token + row_b.token_slot,
+                        local_a + 8 - row_b.token_slot * g, row_b.valid, t4, 1, inv_b, lse_b, acc_o);
   if (tid == 0)
     phase_finish(PhaseKernel::kAttend,
                  "attend: entry / union / counts / tau-mu / first x / table / first tile / loop / written");

@@ -10,18 +10,17 @@
 
 namespace dashattn::cuda {
 
-// Row `row` of the CTA's (token, head) rows, held by this thread as fragment row half (0: lane / 4, 1: lane / 4 +
-// 8) of acc_o, columns nt * 8 + 2 t4 and + 1. inv = 1 / l (0 for an empty row), lse in natural log units.
+// The row of (token, head of the group head_in_group), held by this thread as fragment row half (0: lane / 4, 1:
+// lane / 4 + 8) of acc_o, columns nt * 8 + 2 t4 and + 1. inv = 1 / l (0 for an empty row), lse in natural log units.
 template <class Cfg>
 __device__ __forceinline__ void write_output_row(const AttendArgs& a, const SequenceSpan& sp, int seq, int split,
-                                                 int kv_head, int64_t row, bool valid, int t4, int half, float inv,
-                                                 float lse, const float (&acc_o)[Cfg::kONTiles][4]) {
+                                                 int kv_head, int64_t token, int head_in_group, bool valid, int t4,
+                                                 int half, float inv, float lse,
+                                                 const float (&acc_o)[Cfg::kONTiles][4]) {
   constexpr int D = Cfg::kHeadDim;
-  const int g = a.group;
   // Rows past the sequence: padding rows of a padded batch get o = 0 and lse = -inf; rows past the padded
   // length, or (varlen) rows that belong to the next sequence, are left alone.
-  const int64_t token = row / g;
-  const int head = kv_head * g + int(row % g);
+  const int head = kv_head * a.group + head_in_group;
   if (token >= a.batch.padded_n_q) return;
   if (a.num_splits > 1) {
     if (!valid) return;  // the combine decides padding from the lengths
