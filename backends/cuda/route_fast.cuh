@@ -579,9 +579,12 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
     // Fast form. The union of the heads' weighed chunks.
     uint32_t* ubits = reinterpret_cast<uint32_t*>(scratch);
     int* ubase = reinterpret_cast<int*>(scratch + words_scored);
-    float* table = scratch + 2 * words_scored;
-    // The table form needs the union bitset, its prefix counts and [union size][head_stride] weights to fit.
-    bool table_form = 2 * words_scored <= scratch_words;
+    uint32_t* rbits = reinterpret_cast<uint32_t*>(scratch + 2 * words_scored);  // the routed chunks' bits
+    int* union_chunk = reinterpret_cast<int*>(scratch + 3 * words_scored);     // the chunk of each table row
+    float* table = nullptr;                                                    // after union_chunk
+    // The table form needs the union bitset, its prefix counts, the routed bits, the rows' chunks and
+    // [union size][head_stride] weights to fit.
+    bool table_form = 3 * words_scored <= scratch_words;
     int union_size = 0;
     if (table_form) {
       for (int k = lane; k < words_scored; k += 32) ubits[k] = 0u;
@@ -600,10 +603,21 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
         running += __shfl_sync(0xffffffffu, incl, 31);
       }
       union_size = running;
-      table_form = 2 * words_scored + union_size * head_stride <= scratch_words;
+      table_form = 3 * words_scored + union_size * (head_stride + 1) <= scratch_words;
+      table = scratch + 3 * words_scored + union_size;
     }
     if (table_form) {
       for (int k = lane; k < union_size * head_stride; k += 32) table[k] = 0.0f;
+      for (int k = lane; k < words_scored; k += 32) {
+        rbits[k] = 0u;
+        // Each set bit's table row gets its chunk (a store per bit; the sums below take the rows a lane at a time).
+        uint32_t left = ubits[k];
+        int row = ubase[k];
+        while (left != 0u) {
+          union_chunk[row++] = k * 32 + __ffs(left) - 1;
+          left &= left - 1u;
+        }
+      }
       __syncwarp();
       for_each_token_entry([&](int h, int c, float x, float tau) {
         if (x > tau) {
@@ -612,25 +626,21 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
         }
       });
       __syncwarp();
-      // Bit = group weight > 0, Σ log w and the count, per mask word in chunk order.
-      for (int k = lane; k < words_scored; k += 32) {
-        uint32_t left = ubits[k], bits = 0u;
-        int row = ubase[k];
-        while (left != 0u) {
-          const int b = __ffs(left) - 1;
-          left &= left - 1u;
-          float sum = 0.0f;
-          for (int h = 0; h < g; ++h) sum += table[row * head_stride + h];
-          ++row;
-          const float w = sum / static_cast<float>(g);
-          if (w > 0.0f) {
-            log_sum += logf(w);
-            ++routed;
-            bits |= 1u << b;
-          }
+      // Bit = group weight > 0, Σ log w and the count: a lane per table row. (A lane per mask word left the rows of
+      // a crowded word, the recent chunks most tokens weigh, to one lane while the others idled.)
+      for (int row = lane; row < union_size; row += 32) {
+        float sum = 0.0f;
+        for (int h = 0; h < g; ++h) sum += table[row * head_stride + h];
+        const float w = sum / static_cast<float>(g);
+        if (w > 0.0f) {
+          log_sum += logf(w);
+          ++routed;
+          const int c = union_chunk[row];
+          atomicOr(&rbits[c >> 5], 1u << (c & 31));
         }
-        write_word(k, bits);
       }
+      __syncwarp();
+      for (int k = lane; k < words_scored; k += 32) write_word(k, rbits[k]);
     } else {
       // Fallback: windows of chunks, each swept head by head in order (__syncwarp orders the heads).
       float* wacc = scratch;
