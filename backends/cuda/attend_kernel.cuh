@@ -386,6 +386,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   auto consumer_bias = [&](const float (&x)[4]) {
     float ba0, ba1, bb0, bb1;
     group_bias(x, ba0, ba1, bb0, bb1);
+    // Every lane is done reading the previous tile's biases (the shuffles between do not order memory).
+    __syncwarp();
     if (lane % 4 < 2) {  // columns 2 * t4 and 2 * t4 + 1 are chunks 0..3 of the tile
       *reinterpret_cast<float2*>(row_bias + (lane / 4) * 4 + 2 * (lane % 4)) = make_float2(ba0, ba1);
       *reinterpret_cast<float2*>(row_bias + (lane / 4 + 8) * 4 + 2 * (lane % 4)) = make_float2(bb0, bb1);
