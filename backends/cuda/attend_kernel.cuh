@@ -101,6 +101,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   const SequenceSpan sp = device_sequence_span(a.batch, seq);
   const int64_t rows_in_seq = sp.n_q * g;
   const int64_t first_token = row0 / g;
+  // Row r of the CTA is head (r_off + r) % g of token first_token + (r_off + r) / g, split in 32-bit arithmetic:
+  // with a 64-bit division and offset per 16-byte piece, the Q copy and the union were most of a CTA's first 2 us.
+  const int r_off = int(row0 - first_token * g);
+  auto split_row = [&](int r, int& token_in_cta, int& head) {
+    token_in_cta = (r_off + r) / g;
+    head = r_off + r - token_in_cta * g;
+  };
   const int64_t last_token = min((row0 + Cfg::kRows - 1) / g, sp.n_q - 1);
   const bool any_rows = row0 < rows_in_seq;
   if (tid == 0) phase_mark(PhaseKernel::kAttend, 0);
@@ -136,29 +143,25 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     for (int half = 0; half < 2; ++half) {
       const int r = slab_row + lane / 4 + 8 * half;
       if (row0 + r < rows_in_seq) {
-        // 32-bit from the CTA's first token, as the Q copy below.
-        const int local = int(row0 - first_token * g) + r;
-        const int token_in_cta = local / g;
+        int token_in_cta, head;
+        split_row(r, token_in_cta, head);
         const int64_t token = first_token + token_in_cta;
-        early_tau_mu[half].x = static_cast<const float*>(a.tau.data)[row_output_offset(
-            a.tau, sp, kv_head * g + (local - token_in_cta * g), token)];
+        early_tau_mu[half].x =
+            static_cast<const float*>(a.tau.data)[row_output_offset(a.tau, sp, kv_head * g + head, token)];
         early_tau_mu[half].y = static_cast<const float*>(a.mu.data)[row_output_offset(a.mu, sp, kv_head, token)];
       }
     }
   }
   if (any_rows) {
-    // Q rows of this CTA (row r = token (row0 + r) / g, head (row0 + r) % g), zero-filled past the sequence.
-    // In 32-bit arithmetic from the CTA's first token: row r is token first_token + (r_off + r) / g. (With a 64-bit
-    // division and offset per 16-byte piece, this loop and the union's were most of a CTA's first 2 us.)
+    // Q rows of this CTA (split_row), zero-filled past the sequence.
     const Element* q_first = static_cast<const Element*>(a.q.data) +
                              a.q.offset(sp.batch_index, sp.q_begin + first_token, int64_t(kv_head) * g);
-    const int r_off = int(row0 - first_token * g);
     const int rows_here = int(::min(int64_t(Cfg::kRows), rows_in_seq - row0));
     for (int task = tid; task < Cfg::kRows * Cfg::kRowPieces; task += Cfg::kThreads) {
       const int r = task / Cfg::kRowPieces;
       const int piece = task % Cfg::kRowPieces;
-      const int token_in_cta = (r_off + r) / g;
-      const int head = r_off + r - token_in_cta * g;
+      int token_in_cta, head;
+      split_row(r, token_in_cta, head);
       const bool ok = r < rows_here;
       const Element* src =
           ok ? q_first + token_in_cta * a.q.stride[1] + head * a.q.stride[2] + piece * 8 : q_first;
@@ -296,7 +299,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   auto make_row = [&](int r) {
     RowInfo ri;
     ri.valid = row0 + r < rows_in_seq;
-    ri.token_slot = (int(row0 - first_token * g) + r) / g;  // (32-bit, as the Q copy)
+    int head;
+    split_row(r, ri.token_slot, head);
     const int64_t token = first_token + ri.token_slot;
     ri.route = RowRouting{nullptr, -1, 0};
     if (ri.valid) ri.route = token_routing(a, sp, kv_head, token);
@@ -768,12 +772,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   constexpr float kLn2 = 0.6931471805599453f;
   const float lse_a = l_a > 0.0f ? (m_a + log2f(l_a)) * kLn2 : -INFINITY;
   const float lse_b = l_b > 0.0f ? (m_b + log2f(l_b)) * kLn2 : -INFINITY;
-  // (token, head) of the two rows in 32-bit arithmetic from the CTA's first token, as at entry.
-  const int local_a = int(row0 - first_token * g) + slab_row + lane / 4;
-  write_output_row<Cfg>(a, sp, seq, split, kv_head, first_token + row_a.token_slot,
-                        local_a - row_a.token_slot * g, row_a.valid, t4, 0, inv_a, lse_a, acc_o);
-  write_output_row<Cfg>(a, sp, seq, split, kv_head, first_token + row_b.token_slot,
-                        local_a + 8 - row_b.token_slot * g, row_b.valid, t4, 1, inv_b, lse_b, acc_o);
+  int token_a, head_a, token_b, head_b;
+  split_row(slab_row + lane / 4, token_a, head_a);
+  split_row(slab_row + lane / 4 + 8, token_b, head_b);
+  write_output_row<Cfg>(a, sp, seq, split, kv_head, first_token + token_a, head_a, row_a.valid, t4, 0, inv_a, lse_a,
+                        acc_o);
+  write_output_row<Cfg>(a, sp, seq, split, kv_head, first_token + token_b, head_b, row_b.valid, t4, 1, inv_b, lse_b,
+                        acc_o);
   if (tid == 0)
     phase_finish(PhaseKernel::kAttend,
                  "attend: entry / union / counts / tau-mu / first x / table / first tile / loop / written");

@@ -104,6 +104,12 @@ __device__ __forceinline__ int compact_list(float* vals, uint16_t* ids, int n, f
   return kept;
 }
 
+// The maximum of v over a row's quad (the 4 lanes that hold an m16 fragment row).
+__device__ __forceinline__ float quad_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+
 // Inclusive prefix sum of v over the lanes of a (converged) warp.
 __device__ __forceinline__ int warp_inclusive_sum(int v, int lane) {
 #pragma unroll
@@ -424,10 +430,8 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
         for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-            float m = fmaxf(bound[mt][h], __shfl_xor_sync(0xffffffffu, bound[mt][h], 1));
-            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-            bound[mt][h] = m;
-            thr[mt][h] = candidate_threshold(m * a.x_scale);
+            bound[mt][h] = quad_max(bound[mt][h]);
+            thr[mt][h] = candidate_threshold(bound[mt][h] * a.x_scale);
           }
         list_epilogue(acc0, c0, thr);
         if (c0 + kSubChunks < cmax) list_epilogue(acc1, c0 + kSubChunks, thr);
@@ -440,8 +444,7 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
       for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          float m = fmaxf(bound[mt][h], __shfl_xor_sync(0xffffffffu, bound[mt][h], 1));
-          m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2)) * a.x_scale;
+          const float m = quad_max(bound[mt][h]) * a.x_scale;
           if (quad == 0) col_max[col_base + mt * 16 + grp + 8 * h] = m;
         }
     }
