@@ -201,15 +201,27 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
   constexpr int kRowStep = kThreads / kVecPerRow;
   const int piece_row = tid / kVecPerRow, piece_col = (tid % kVecPerRow) * 8;
   {
-    const T* q_any = a.q.ptr<T>(sp.batch_index, sp.q_begin, int64_t(r) * g, 0);
-    // The row's token and head advance with it (no division by g per piece).
-    int tok = piece_row / g, head = piece_row % g;
+    // The row's token, head and element offset advance with it by adds: a 64-bit DeviceTensor offset per piece
+    // (three 64-bit products) made this loop ~4 % of the kernel's executed instructions (Nsight Compute, 64K).
+    const T* const q_first = a.q.ptr<T>(sp.batch_index, sp.q_begin + tok0, int64_t(r) * g, piece_col);
+    const int64_t tok_stride = a.q.stride[1], head_stride = a.q.stride[2];
+    const int head_step = kRowStep % g;
+    const int64_t step_offset = (kRowStep / g) * tok_stride + head_step * head_stride;
+    const int64_t wrap_offset = tok_stride - g * head_stride;  // head g -> head 0 of the next token
+    // Rows rho < valid_rows have a query: rho < rows_used and token rho / g < n_q - tok0.
+    const int valid_rows = static_cast<int>(
+        rows_used < (sp.n_q - tok0) * g ? int64_t(rows_used) : (sp.n_q - tok0 > 0 ? (sp.n_q - tok0) * g : 0));
+    int head = piece_row % g;
+    int64_t offset = (piece_row / g) * tok_stride + head * head_stride;
     for (int rho = piece_row; rho < kRows; rho += kRowStep) {
-      const bool valid = rho < rows_used && tok0 + tok < sp.n_q;
-      const T* src =
-          valid ? a.q.ptr<T>(sp.batch_index, sp.q_begin + tok0 + tok, int64_t(r) * g + head, piece_col) : q_any;
-      cp_async_16(stage_buf + rho * C::kTileStride + piece_col, src, valid ? 16 : 0);
-      for (head += kRowStep; head >= g; head -= g) ++tok;
+      const bool valid = rho < valid_rows;
+      cp_async_16(stage_buf + rho * C::kTileStride + piece_col, valid ? q_first + offset : q_first, valid ? 16 : 0);
+      head += head_step;
+      offset += step_offset;
+      if (head >= g) {
+        head -= g;
+        offset += wrap_offset;
+      }
     }
     cp_async_commit();
     cp_async_wait(0);
