@@ -208,9 +208,9 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
     const int head_step = kRowStep % g;
     const int64_t step_offset = (kRowStep / g) * tok_stride + head_step * head_stride;
     const int64_t wrap_offset = tok_stride - g * head_stride;  // head g -> head 0 of the next token
-    // Rows rho < valid_rows have a query: rho < rows_used and token rho / g < n_q - tok0.
-    const int valid_rows = static_cast<int>(
-        rows_used < (sp.n_q - tok0) * g ? int64_t(rows_used) : (sp.n_q - tok0 > 0 ? (sp.n_q - tok0) * g : 0));
+    // Rows rho < valid_rows have a query: rho < rows_used and token rho / g < n_q - tok0 (padded rows have none).
+    const int valid_rows =
+        static_cast<int>(::min(int64_t(rows_used), ::max(sp.n_q - tok0, int64_t(0)) * g));
     int head = piece_row % g;
     int64_t offset = (piece_row / g) * tok_stride + head * head_stride;
     for (int rho = piece_row; rho < kRows; rho += kRowStep) {
@@ -505,8 +505,8 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
                                       candidate_threshold(col_max[rho]));
       }
       if (!split) {
-        // One contiguous list: read as an array. Through the segmented view, every entry that the solve's passes
-        // read paid three compares and a multiply-add for its segment (the solve took 15 % of the kernel).
+        // One contiguous list: read as an array (the segmented view costs every entry of every solve pass a
+        // segment lookup; perf-log.md, eleventh pass).
         tau = static_cast<float>(
             entmax_threshold(ArrayValues{list_val + rho * lstride}, col_count[rho], a.alpha, a.solver).tau);
       } else {
