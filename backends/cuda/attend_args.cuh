@@ -50,6 +50,10 @@ struct AttendArgs {
   int num_splits = 1;
   float* part_o = nullptr;    // [split, num_seqs, h_q, padded_n_q, d]
   float* part_lse = nullptr;  // [split, num_seqs, h_q, padded_n_q]
+
+  // The persistent kernel's item counter (zeroed on the stream before each launch): CTAs take their next row
+  // block from it, so that the work evens out whatever the masks. Null: a fixed order of items per CTA.
+  unsigned long long* item_counter = nullptr;
 };
 
 }  // namespace dashattn::cuda

@@ -10,7 +10,7 @@
 namespace dashattn::cuda {
 
 template <int kHeadDim_, typename Element_, int kWarps_, int kStages_, bool kWgmma_ = false,
-          bool kConsumerBias_ = false, bool kTileSplit_ = false>
+          bool kConsumerBias_ = false, bool kTileSplit_ = false, bool kPersistent_ = false>
 struct AttendConfig {
   static constexpr int kHeadDim = kHeadDim_;
   using Element = Element_;
@@ -36,7 +36,14 @@ struct AttendConfig {
   // Prior bias computed by the consumer warps (launched only when 16 % g == 0 and a prior is on). A separate
   // instance, so that the kernels without the bias keep their registers.
   static constexpr bool kConsumerBias = kConsumerBias_;
-  using WithConsumerBias = AttendConfig<kHeadDim_, Element_, kWarps_, kStages_, kWgmma_, true, kTileSplit_>;
+  using WithConsumerBias =
+      AttendConfig<kHeadDim_, Element_, kWarps_, kStages_, kWgmma_, true, kTileSplit_, kPersistent_>;
+  // Persistent (the warpgroup tiling, one CTA per SM): each CTA walks row blocks ("items") longest first, and two
+  // otherwise idle warps of the producer warpgroup, the helpers, prepare item i + 1 (its union of tiles, counts,
+  // tau / mu, Q and the first round of the bias table's k̄ columns) while the consumers run item i; the producer
+  // and the record warp stream on into item i + 1's tiles. See attend_kernel.cuh.
+  static constexpr bool kPersistent = kPersistent_;
+  static_assert(!kPersistent_ || (kWgmma_ && !kTileSplit_), "persistent: the warpgroup tiling (helper warps)");
   // Tile split (decode): the consumer warps share one slab of 16 rows and take the union's tiles in turn, each
   // with its own online-softmax state, merged at the end. One warp per 16 rows left a decode CTA with a single
   // latency-bound warp; this gives it kWarps without more shared memory per CTA (two CTAs per SM still fit).
@@ -89,9 +96,22 @@ struct AttendConfig {
   static constexpr int kMetaTokens = kRows;  // at most one token per row (g = 1)
   static constexpr size_t kMetaStageBytes = 16 + size_t(kMetaTokens) * 8;
   static constexpr size_t kMetaBytes = kWgmma_ ? size_t(kStages) * kMetaStageBytes : 0;
+  // Persistent: per item buffer (two) tau / mu of each row, the item's hand-over mbarriers (union ready x 2, union
+  // free x 2, prepared, preparation free), tile counts (2 x 2) and item index (2 x 8 bytes), then the dedicated
+  // staging area of the bias table's first round of k̄ columns (the ring is the producer's for the whole kernel).
+  static constexpr int kPrepStagedCols = 64;
+  static constexpr size_t kPrepTauMuBytes = size_t(2) * kRows * 8;
+  static constexpr size_t kPrepSyncBytes = 96;
+  static constexpr size_t kPrepBytes =
+      kPersistent_ ? kPrepTauMuBytes + kPrepSyncBytes + size_t(kPrepStagedCols) * kKbarColBytes : 0;
   static constexpr size_t kFixedBytes =
-      kRingBytes + kQBytes + kBiasBytes + kKbarBytes + kBarrierBytes + kMetaBytes;
-  static size_t smem_bytes(int union_words) { return 1024 + kFixedBytes + size_t(union_words) * 4; }
+      kRingBytes + kQBytes + kBiasBytes + kKbarBytes + kBarrierBytes + kMetaBytes + kPrepBytes;
+  // The union bitset (two with the persistent kernel: item i + 1's is built while item i's is walked), rounded
+  // to 16 bytes.
+  __host__ __device__ static size_t union_bytes(int union_words) {
+    return ((size_t(union_words) * 4 + 15) & ~size_t(15)) * (kPersistent_ ? 2 : 1);
+  }
+  static size_t smem_bytes(int union_words) { return 1024 + kFixedBytes + union_bytes(union_words); }
 };
 
 // Element offset of (row, col) in a K/V tile: column blocks of 64 elements, each [64 rows][128 bytes] with the

@@ -33,6 +33,16 @@
 // Split-KV (decode). With num_splits > 1, split z of a row block takes the z-th equal share of the union's tiles
 // (counted on the device, so work follows the routing, not the sequence length) and writes fp32 partials that
 // combine_splits_kernel merges.
+//
+// Persistent form (AttendConfig::kPersistent, d = 128 warpgroup tiling, opt-in through AttendPlan::persistent).
+// One CTA per SM takes row blocks ("items") in turn, from an item counter. The producer warpgroup's two otherwise
+// idle warps, the helpers, prepare item k + 1 in the second of two buffers while the consumers run item k: its
+// union and counts ("union ready": the producer and the record warp then stream on into its tiles, the ring's
+// stages and barrier parities running on across items), then, once the consumers hold item k's Q in registers,
+// its Q, tau / mu and the first round of the bias table's k̄ columns ("prepared"). The record warp writes records
+// for every item so that the full barriers count the same arrivals whichever path an item takes. Each item runs
+// the code of the one-item-per-CTA kernel, and the output is bitwise the same. Measured slower on most benchmark
+// rows (perf-log.md, twelfth pass), so it is not the default.
 #pragma once
 
 #include <cuda.h>
@@ -68,6 +78,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   using Element = typename Cfg::Element;
   constexpr int D = Cfg::kHeadDim;
   constexpr int kStages = Cfg::kStages;
+  constexpr bool kPersistent = Cfg::kPersistent;
   extern __shared__ __align__(1024) unsigned char smem_dyn[];
   unsigned char* smem_raw = smem_dyn + ((1024u - (mma::smem_addr(smem_dyn) & 1023u)) & 1023u);
   Element* sRing = reinterpret_cast<Element*>(smem_raw);
@@ -77,7 +88,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   unsigned char* sBar = sKbar + Cfg::kKbarBytes;
   int* sCount = reinterpret_cast<int*>(sBar + 2 * kStages * 8);
   unsigned char* sMeta = sBar + Cfg::kBarrierBytes;  // the warpgroup tilings' per-stage records (kMetaBytes)
-  uint32_t* sUnion = reinterpret_cast<uint32_t*>(smem_raw + Cfg::kFixedBytes);
+  uint32_t* const sUnionBase = reinterpret_cast<uint32_t*>(smem_raw + Cfg::kFixedBytes);
+  uint32_t* sUnion = sUnionBase;  // the current item's (persistent: one of two)
   const uint32_t full_bar32 = mma::smem_addr(sBar);           // + 8 * stage: the producer's arrivals
   const uint32_t empty_bar = full_bar32 + 8u * kStages;       // + 8 * stage
   // Completes when every consumer lane is done reading the k̄ columns staged in the ring (the table fill), so
@@ -86,30 +98,70 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   // Full barriers that also count the record warp's arrivals (warpgroup tilings; attend_tile_records), taken by a
   // CTA that runs the warpgroup path: the per-warp path's CTAs keep the producer's alone.
   const uint32_t full_bar64 = ring_free_bar + 8u;
+  // Persistent: the helpers' per-item buffers (AttendConfig::kPrepBytes). Item k of the CTA uses buffer k % 2 of
+  // the union, counts and tau / mu.
+  unsigned char* sPrep = sMeta + Cfg::kMetaBytes;
+  float2* sTauMu = reinterpret_cast<float2*>(sPrep);  // [2][kRows]
+  const uint32_t union_ready_bar = mma::smem_addr(sPrep + Cfg::kPrepTauMuBytes);  // + 8 b: helpers -> all roles
+  const uint32_t union_free_bar = union_ready_bar + 16u;  // + 8 b: producer, record warp, consumers -> helpers
+  const uint32_t prep_ready_bar = union_ready_bar + 32u;  // Q, tau / mu, k̄ staged: helpers -> consumers
+  const uint32_t prep_free_bar = union_ready_bar + 40u;   // Q and the staging area read: consumers -> helpers
+  int* sItemCount = reinterpret_cast<int*>(sPrep + Cfg::kPrepTauMuBytes + 48);  // [2][2]: sCount per buffer
+  int64_t* sItemIndex = reinterpret_cast<int64_t*>(sPrep + Cfg::kPrepTauMuBytes + 64);  // [2]: the item, or -1
+  unsigned char* sKbarStage = sPrep + Cfg::kPrepTauMuBytes + Cfg::kPrepSyncBytes;
+  const int64_t max_union_words = ceil_div(ceil_div(a.batch.padded_n_k, kTileKeys), 32) + 1;
+  const int union_stride = int(Cfg::union_bytes(int(max_union_words)) / (kPersistent ? 8 : 4));
 
   const int tid = threadIdx.x;
   const int warp = tid / 32;
   const int lane = tid % 32;
-  const int seq = blockIdx.y / a.h_kv;
-  const int kv_head = blockIdx.y % a.h_kv;
   const int split = blockIdx.z;
-  // Longest row blocks first: causal work grows with the row index.
-  const int64_t m_block = int64_t(gridDim.x) - 1 - blockIdx.x;
-  const int64_t row0 = m_block * Cfg::kRows;
   const int g = a.group;
 
-  const SequenceSpan sp = device_sequence_span(a.batch, seq);
-  const int64_t rows_in_seq = sp.n_q * g;
-  const int64_t first_token = row0 / g;
+  // The row block ("item") being worked on: one per CTA (m_block from blockIdx.x, longest first, as causal work
+  // grows with the row index), or with the persistent kernel each of the CTA's items in turn.
+  int seq = 0, kv_head = 0;
+  int64_t row0 = 0, rows_in_seq = 0, first_token = 0, last_token = 0;
+  SequenceSpan sp;
   // Row r of the CTA is head (r_off + r) % g of token first_token + (r_off + r) / g, split in 32-bit arithmetic:
   // with a 64-bit division and offset per 16-byte piece, the Q copy and the union were most of a CTA's first 2 us.
-  const int r_off = int(row0 - first_token * g);
+  int r_off = 0;
+  bool any_rows = false;
+  int union_words = 0;
+  auto begin_item = [&](int64_t m_block, int y) {
+    seq = y / a.h_kv;
+    kv_head = y % a.h_kv;
+    row0 = m_block * Cfg::kRows;
+    sp = device_sequence_span(a.batch, seq);
+    rows_in_seq = sp.n_q * g;
+    first_token = row0 / g;
+    r_off = int(row0 - first_token * g);
+    last_token = min((row0 + Cfg::kRows - 1) / g, sp.n_q - 1);
+    any_rows = row0 < rows_in_seq;
+    union_words = any_rows ? int(((sp.n_k - sp.n_q + last_token) / kTileKeys) / 32 + 1) : 0;
+  };
   auto split_row = [&](int r, int& token_in_cta, int& head) {
     token_in_cta = (r_off + r) / g;
     head = r_off + r - token_in_cta * g;
   };
-  const int64_t last_token = min((row0 + Cfg::kRows - 1) / g, sp.n_q - 1);
-  const bool any_rows = row0 < rows_in_seq;
+  // Persistent: the CTA's item k (-1 past the last). Items go head by head (sequence x KV head), longest first
+  // within each, as the one-item-per-CTA grid runs: the CTAs at work then share one head's K/V in L2 (32 MB at 64K,
+  // d = 128); interleaving two heads overflowed L2 and made the kernel 7 % slower. The first item is blockIdx.x,
+  // the next ones come from the item counter as CTAs finish (the hardware's order for a one-item-per-CTA grid;
+  // a fixed assignment left SMs idle for ~4 % of the kernel with random masks). Without a counter: rounds of
+  // gridDim.x items, snaking (odd rounds reversed) so that every CTA's sum of work comes out about even. Called
+  // by one helper thread per item, in order.
+  const int64_t item_blocks = ceil_div(a.batch.padded_n_q * g, Cfg::kRows);
+  const int64_t item_heads = int64_t(a.num_seqs) * a.h_kv;
+  auto item_of = [&](int k) -> int64_t {
+    int64_t j;
+    if (k == 0) j = blockIdx.x;
+    else if (a.item_counter != nullptr) j = int64_t(gridDim.x) + int64_t(atomicAdd(a.item_counter, 1ull));
+    else j = int64_t(k) * gridDim.x + ((k & 1) ? gridDim.x - 1 - blockIdx.x : blockIdx.x);
+    return j < item_blocks * item_heads ? j : -1;
+  };
+  auto begin_item_index = [&](int64_t j) { begin_item(item_blocks - 1 - j % item_blocks, int(j / item_blocks)); };
+  if constexpr (!kPersistent) begin_item(int64_t(gridDim.x) - 1 - blockIdx.x, blockIdx.y);
   if (tid == 0) phase_mark(PhaseKernel::kAttend, 0);
 
   constexpr bool kRecordWarp = Cfg::kWgmma;  // (then kMetaBytes > 0)
@@ -123,41 +175,26 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       mma::mbar_init(empty_bar + 8u * s, uint32_t(Cfg::kTileSplit ? 32 : Cfg::kWarps * 32));
     }
     mma::mbar_init(ring_free_bar, uint32_t(Cfg::kWarps * 32));
+    if constexpr (kPersistent) {
+      for (int b = 0; b < 2; ++b) {
+        mma::mbar_init(union_ready_bar + 8u * b, 64u);                         // the two helper warps
+        mma::mbar_init(union_free_bar + 8u * b, uint32_t(64 + Cfg::kWarps * 32));  // producer, record, consumers
+      }
+      mma::mbar_init(prep_ready_bar, 64u);
+      mma::mbar_init(prep_free_bar, uint32_t(Cfg::kWarps * 32));
+    }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     mma::fence_barrier_init();
 #endif
     sCount[0] = 0;  // tiles in the union
     sCount[1] = 0;  // tiles summed over the tokens (how much the tokens share)
   }
-  int64_t tile_start = 0, tile_count = 0;
-  int union_words = 0;
-  bool use_warpgroups = Cfg::kWgmma;
-  // Stage 1's threshold tau of each consumer row's head and mu of its token, for the consumer-computed bias: loaded
-  // here, at entry, so that their latency overlaps the Q copy and the union's mask loads instead of adding a round
-  // trip (behind the other CTAs' tile streams) between the union and the bias table. Lane 4j of a consumer warp
-  // holds the two rows lane / 4 and lane / 4 + 8 of its slab; they are parked in shared memory after the union.
-  const int slab_row = Cfg::kTileSplit ? 0 : warp * 16;  // first row of this warp's 16-row slab
-  float2 early_tau_mu[2] = {make_float2(0.0f, 0.0f), make_float2(0.0f, 0.0f)};
-  if (Cfg::kConsumerBias && any_rows && warp < Cfg::kWarps && lane % 4 == 0) {
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int r = slab_row + lane / 4 + 8 * half;
-      if (row0 + r < rows_in_seq) {
-        int token_in_cta, head;
-        split_row(r, token_in_cta, head);
-        const int64_t token = first_token + token_in_cta;
-        early_tau_mu[half].x =
-            static_cast<const float*>(a.tau.data)[row_output_offset(a.tau, sp, kv_head * g + head, token)];
-        early_tau_mu[half].y = static_cast<const float*>(a.mu.data)[row_output_offset(a.mu, sp, kv_head, token)];
-      }
-    }
-  }
-  if (any_rows) {
-    // Q rows of this CTA (split_row), zero-filled past the sequence.
+  // Q rows of the item (split_row), zero-filled past the sequence, by threads t0, t0 + nt, ... (committed).
+  auto copy_q = [&](int t0, int nt) {
     const Element* q_first = static_cast<const Element*>(a.q.data) +
                              a.q.offset(sp.batch_index, sp.q_begin + first_token, int64_t(kv_head) * g);
     const int rows_here = int(::min(int64_t(Cfg::kRows), rows_in_seq - row0));
-    for (int task = tid; task < Cfg::kRows * Cfg::kRowPieces; task += Cfg::kThreads) {
+    for (int task = t0; task < Cfg::kRows * Cfg::kRowPieces; task += nt) {
       const int r = task / Cfg::kRowPieces;
       const int piece = task % Cfg::kRowPieces;
       int token_in_cta, head;
@@ -168,618 +205,781 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       mma::cp_async_16(sQ + q_swz<Cfg::kRows>(r, piece * 8), src, ok ? 16 : 0);
     }
     mma::cp_async_commit();
-
-    // Union of the tile sets of the CTA's tokens.
-    const int64_t last_pos = sp.n_k - sp.n_q + last_token;
-    union_words = int((last_pos / kTileKeys) / 32 + 1);
-    for (int w = tid; w < union_words; w += Cfg::kThreads) sUnion[w] = 0u;
-    __syncthreads();
-    // Warp w takes tokens w, w + warps, ... (their routing computed once), its lanes the words; the per-token tile
-    // counts are summed per warp before one shared atomic (an atomic per word all hit one address).
+  };
+  // Union of the tile sets of the item's tokens into words (zeroed): warp w0 of nw takes tokens w0, w0 + nw, ...
+  // (their routing computed once), its lanes the words; the per-token tile counts are summed per warp before one
+  // shared atomic on counts[1] (an atomic per word all hit one address).
+  auto union_tokens = [&](uint32_t* words, int* counts, int w0, int nw) {
     const int n_tokens = int(last_token - first_token + 1);
-    for (int t = warp; t < n_tokens; t += Cfg::kThreads / 32) {
+    for (int t = w0; t < n_tokens; t += nw) {
       const RowRouting rr = token_routing(a, sp, kv_head, first_token + t);
       int tiles = 0;
       for (int w = lane; w < union_words; w += 32) {
         const uint32_t bits = row_tile_word(rr, w, a.chunk, a.log2_chunk, a.mask_words, a.dense);
         if (bits) {
-          atomicOr(&sUnion[w], bits);
+          atomicOr(&words[w], bits);
           tiles += __popc(bits);
         }
       }
       if constexpr (Cfg::kWgmma) {
         for (int off = 16; off > 0; off >>= 1) tiles += __shfl_xor_sync(0xffffffffu, tiles, off);
-        if (lane == 0 && tiles) atomicAdd(&sCount[1], tiles);
+        if (lane == 0 && tiles) atomicAdd(&counts[1], tiles);
       }
     }
-    __syncthreads();
-    if (tid == 0) phase_mark(PhaseKernel::kAttend, 1);
+  };
+  // The union's tile count into counts[0], by whole warps (threads t0, t0 + nt, ...).
+  auto count_union = [&](const uint32_t* words, int* counts, int t0, int nt) {
     int local = 0;
-    for (int w = tid; w < union_words; w += Cfg::kThreads) local += __popc(sUnion[w]);
+    for (int w = t0; w < union_words; w += nt) local += __popc(words[w]);
     for (int off = 16; off > 0; off >>= 1) local += __shfl_xor_sync(0xffffffffu, local, off);
-    if (lane == 0 && local) atomicAdd(&sCount[0], local);
-    mma::cp_async_wait<0>();
-    if constexpr (Cfg::kWgmma) wgmma::fence_proxy_async();  // Q is read by the tensor cores
-  }
+    if (lane == 0 && local) atomicAdd(&counts[0], local);
+  };
   // Bias modes. With g dividing 16 a warp's 16 rows are whole tokens, so the consumer warps compute the bias of
   // their rows themselves on the tensor cores (x = Q k̄^T for the tile's chunks, the group sum over the warp's
   // rows by shuffles); wider or odd groups span warps, and the producer warp fills per-stage tables instead.
   const bool bias_on = !a.dense && a.prior != PriorMode::kNone;
   // The launcher picks the instance: kConsumerBias implies bias_on and 16 % g == 0.
   constexpr bool bias_in_consumers = Cfg::kConsumerBias;
+  const int per_tile = a.chunk >= kTileKeys ? 1 : (kTileKeys >> a.log2_chunk);
+
+  // The item's plan from its union's counts, the same in every role.
+  int64_t tile_start = 0, tile_count = 0;
+  bool use_warpgroups = Cfg::kWgmma, use_table = false, kbar_per_tile = false, use_records = false;
+  bool producer_table = false, stage_kbar = false;
+  int n_iter = 0, n_tokens_cta = 0, n_pairs = 0;
+  uint32_t full_bar = full_bar32;
+  TileCursor cursor{0, 0u};
+  auto plan_item = [&](int64_t total, int64_t summed) {
+    use_warpgroups = Cfg::kWgmma;
+    tile_start = 0;
+    tile_count = 0;
+    if (any_rows) {
+      // Warpgroup MMA computes a tile for 4 tokens at once, so it pays only when the tokens mostly share their
+      // tiles: sum of per-token counts >= 0.7 x tokens x union (1 when all share, about rho / (1 - (1 - rho)^8)
+      // for independent masks keeping rho of the chunks, 0.28 at rho = 0.25). Otherwise each warp computes its
+      // own tiles with mma.sync. The warpgroup path runs at about 1.36 x the per-warp rate (dense: 407 vs 300
+      // TFLOP/s on an H200), so with 4 tokens per group it wins from about 3 of 4 tokens per tile.
+      if constexpr (Cfg::kWgmma) use_warpgroups = 10 * summed >= 7 * total * (last_token - first_token + 1);
+      const int64_t per = (total + a.num_splits - 1) / a.num_splits;
+      tile_start = ::min(int64_t(split) * per, total);
+      tile_count = ::min(per, total - tile_start);
+    }
+    n_iter = int(tile_count);
+    // Consumer-computed bias: the per-CTA table (entry [pair p = rank in the union * per_tile + chunk of the
+    // tile][token slot]) when it fits, else per tile from the stage's k̄ buffer (the warpgroup tiling too, now
+    // that its consumers run at kConsumerRegs); the producer's tables only for groups that span warps.
+    n_tokens_cta = any_rows ? int(last_token - first_token + 1) : 0;
+    n_pairs = n_iter * per_tile;
+    use_table = bias_in_consumers && int64_t(n_pairs) * n_tokens_cta <= int64_t(a.bias_table_floats);
+    kbar_per_tile = bias_in_consumers && !use_table;
+    // The warpgroup path has no per-tile x = Q k̄^T (an mma.sync inside its wgmma pipeline would wait for the
+    // wgmma, and its registers would crowd the pipeline's): a CTA whose table does not fit computes per warp.
+    if (kbar_per_tile) use_warpgroups = false;
+    // The persistent kernel's record warp writes records for every item, so that the full barriers' phases run
+    // on across items whichever path an item takes.
+    use_records = kRecordWarp && (kPersistent || use_warpgroups);  // CTA-uniform
+    full_bar = use_records ? full_bar64 : full_bar32;
+    producer_table = bias_on && !use_table && !kbar_per_tile;
+    // Wide (prefill) tilings build the table from k̄ columns staged in shared memory (the still empty ring, and
+    // then release it to the producer through ring_free_bar; the persistent kernel's own staging area).
+    stage_kbar = !Cfg::kTileSplit && use_table;
+  };
+  // Both roles start their cursor at the tile of rank tile_start.
+  auto start_cursor = [&]() {
+    cursor = TileCursor{0, 0u};
+    if (tile_count > 0) {
+      int64_t skip = tile_start;
+      for (int w = 0; w < union_words; ++w) {
+        const uint32_t bits = sUnion[w];
+        const int c = __popc(bits);
+        if (skip < c) {
+          uint32_t b = bits;
+          for (int64_t s = 0; s < skip; ++s) b &= b - 1;
+          cursor.word = w;
+          cursor.bits = b;
+          break;
+        }
+        skip -= c;
+      }
+    }
+  };
+
+  // Stage 1's threshold tau of each consumer row's head and mu of its token, for the consumer-computed bias: loaded
+  // here, at entry, so that their latency overlaps the Q copy and the union's mask loads instead of adding a round
+  // trip (behind the other CTAs' tile streams) between the union and the bias table. Lane 4j of a consumer warp
+  // holds the two rows lane / 4 and lane / 4 + 8 of its slab; they are parked in shared memory after the union.
+  const int slab_row = Cfg::kTileSplit ? 0 : warp * 16;  // first row of this warp's 16-row slab
+  float2 early_tau_mu[2] = {make_float2(0.0f, 0.0f), make_float2(0.0f, 0.0f)};
+  // tau of row r's head and mu of its token (the item's rows; zeros past the sequence).
+  auto load_tau_mu = [&](int r) {
+    float2 tm = make_float2(0.0f, 0.0f);
+    if (row0 + r < rows_in_seq) {
+      int token_in_cta, head;
+      split_row(r, token_in_cta, head);
+      const int64_t token = first_token + token_in_cta;
+      tm.x = static_cast<const float*>(a.tau.data)[row_output_offset(a.tau, sp, kv_head * g + head, token)];
+      tm.y = static_cast<const float*>(a.mu.data)[row_output_offset(a.mu, sp, kv_head, token)];
+    }
+    return tm;
+  };
+  if constexpr (!kPersistent) {
+    if (Cfg::kConsumerBias && any_rows && warp < Cfg::kWarps && lane % 4 == 0) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) early_tau_mu[half] = load_tau_mu(slab_row + lane / 4 + 8 * half);
+    }
+    if (any_rows) {
+      copy_q(tid, Cfg::kThreads);
+      for (int w = tid; w < union_words; w += Cfg::kThreads) sUnion[w] = 0u;
+      __syncthreads();
+      union_tokens(sUnion, sCount, warp, Cfg::kThreads / 32);
+      __syncthreads();
+      if (tid == 0) phase_mark(PhaseKernel::kAttend, 1);
+      count_union(sUnion, sCount, tid, Cfg::kThreads);
+      mma::cp_async_wait<0>();
+      if constexpr (Cfg::kWgmma) wgmma::fence_proxy_async();  // Q is read by the tensor cores
+    }
+  }
   if (bias_in_consumers) {
     // Rows of the k̄ buffers past a tile's chunks are read by ldmatrix but never used: keep them finite.
     for (int i = tid; i < int(Cfg::kKbarBytes / 16); i += Cfg::kThreads)
       reinterpret_cast<uint4*>(sKbar)[i] = make_uint4(0u, 0u, 0u, 0u);
   }
   __syncthreads();  // union, count, Q and the barrier initialisation are visible to every warp
-  if (any_rows) {
-    const int64_t total = sCount[0];
-    // Warpgroup MMA computes a tile for 4 tokens at once, so it pays only when the tokens mostly share their
-    // tiles: sum of per-token counts >= 0.7 x tokens x union (1 when all share, about rho / (1 - (1 - rho)^8)
-    // for independent masks keeping rho of the chunks, 0.28 at rho = 0.25). Otherwise each warp computes its own
-    // tiles with mma.sync. The warpgroup path runs at about 1.36 x the per-warp rate (dense: 407 vs 300 TFLOP/s on
-    // an H200), so with 4 tokens per group it wins from about 3 of 4 tokens per tile.
-    if constexpr (Cfg::kWgmma)
-      use_warpgroups = 10 * int64_t(sCount[1]) >= 7 * total * (last_token - first_token + 1);
-    const int64_t per = (total + a.num_splits - 1) / a.num_splits;
-    tile_start = ::min(int64_t(split) * per, total);
-    tile_count = ::min(per, total - tile_start);
-  }
-  if (tid == 0) {
-    phase_mark(PhaseKernel::kAttend, 2);
-    phase_set_active(PhaseKernel::kAttend, tile_count > 0);
-  }
-
-  // Both roles start their cursor at the tile of rank tile_start.
-  TileCursor cursor{0, 0u};
-  if (tile_count > 0) {
-    int64_t skip = tile_start;
-    for (int w = 0; w < union_words; ++w) {
-      const uint32_t bits = sUnion[w];
-      const int c = __popc(bits);
-      if (skip < c) {
-        uint32_t b = bits;
-        for (int64_t s = 0; s < skip; ++s) b &= b - 1;
-        cursor.word = w;
-        cursor.bits = b;
-        break;
-      }
-      skip -= c;
+  if constexpr (!kPersistent) {
+    plan_item(sCount[0], sCount[1]);
+    if (tid == 0) {
+      phase_mark(PhaseKernel::kAttend, 2);
+      phase_set_active(PhaseKernel::kAttend, tile_count > 0);
     }
+    start_cursor();
   }
-  const int n_iter = int(tile_count);
-
-  // Consumer-computed bias: the per-CTA table (entry [pair p = rank in the union * per_tile + chunk of the
-  // tile][token slot]) when it fits, else per tile from the stage's k̄ buffer (the warpgroup tiling too, now
-  // that its consumers run at kConsumerRegs); the producer's tables only for groups that span warps.
-  const int per_tile = a.chunk >= kTileKeys ? 1 : (kTileKeys >> a.log2_chunk);
-  const int n_tokens_cta = any_rows ? int(last_token - first_token + 1) : 0;
-  const int n_pairs = n_iter * per_tile;
-  const bool use_table = bias_in_consumers && int64_t(n_pairs) * n_tokens_cta <= int64_t(a.bias_table_floats);
-  const bool kbar_per_tile = bias_in_consumers && !use_table;
-  // The warpgroup path has no per-tile x = Q k̄^T (an mma.sync inside its wgmma pipeline would wait for the
-  // wgmma, and its registers would crowd the pipeline's): a CTA whose table does not fit computes per warp.
-  if (kbar_per_tile) use_warpgroups = false;
-  const bool use_records = kRecordWarp && use_warpgroups;  // CTA-uniform
-  const uint32_t full_bar = use_records ? full_bar64 : full_bar32;
-  const bool producer_table = bias_on && !use_table && !kbar_per_tile;
-  // Wide (prefill) tilings build the table from k̄ columns staged in the still empty ring, then release the ring
-  // to the producer through ring_free_bar (attend_table.cuh).
-  const bool stage_kbar = !Cfg::kTileSplit && use_table;
   float* sTable = reinterpret_cast<float*>(smem_raw + a.bias_table_offset);
+  // Persistent: the producer, record warp and consumers take item k from buffer k % 2 once the helpers have built
+  // its union (false: no items left).
+  auto take_item = [&](int k) {
+    const int b = k & 1;
+    mma::mbar_wait(union_ready_bar + 8u * b, uint32_t((k >> 1) & 1));
+    const int64_t j = sItemIndex[b];
+    if (j < 0) return false;
+    begin_item_index(j);
+    sUnion = sUnionBase + b * union_stride;
+    plan_item(sItemCount[2 * b], sItemCount[2 * b + 1]);
+    start_cursor();
+    return true;
+  };
 
   // Each role sets its register budget inside its own branch: code reachable from both would have to fit the
   // smaller one, and ptxas then ignores the split.
   if (warp >= Cfg::kWarps) {
-    if constexpr (Cfg::kProducerWarps > 1) {
-      wgmma::setmaxnreg_dec<Cfg::kProducerRegs>();
-      if (use_records && warp == Cfg::kWarps + 1) {
-        attend_tile_records<Cfg>(a, sp, kv_head, lane, cursor, n_iter, row0, first_token,
-                                 any_rows ? int(last_token - first_token + 1) : 0, full_bar, empty_bar, sMeta,
-                                 sUnion);
+    if constexpr (Cfg::kProducerWarps > 1) wgmma::setmaxnreg_dec<Cfg::kProducerRegs>();
+    if constexpr (kPersistent) {
+      const int role = warp - Cfg::kWarps;  // 0: the producer, 1: the record warp, 2 and 3: the helpers
+      if (role >= 2) {
+        // The helpers prepare item k in buffer b = k % 2: once its previous user (item k - 2) is done with it,
+        // the union and counts (then "union ready": the producer and the record warp start on it); once the
+        // consumers hold item k - 1's Q and are done with its staging area, tau / mu, Q and the bias table's
+        // first round of k̄ columns ("prepared").
+        const int htid = tid - (Cfg::kWarps + 2) * 32;
+        auto helpers_sync = [&]() { asm volatile("bar.sync 4, 64;\n" ::: "memory"); };
+        for (int k = 0;; ++k) {
+          const int b = k & 1;
+          if (k >= 2) mma::mbar_wait(union_free_bar + 8u * b, uint32_t(((k >> 1) - 1) & 1));
+          if (htid == 0) sItemIndex[b] = item_of(k);
+          helpers_sync();
+          const int64_t j = sItemIndex[b];
+          if (j < 0) {  // the end: the other roles see -1 in the buffer
+            mma::mbar_arrive(union_ready_bar + 8u * b);
+            break;
+          }
+          begin_item_index(j);
+          uint32_t* words = sUnionBase + b * union_stride;
+          int* counts = sItemCount + 2 * b;
+          for (int w = htid; w < union_words; w += 64) words[w] = 0u;
+          if (htid < 2) counts[htid] = 0;
+          helpers_sync();
+          if (any_rows) union_tokens(words, counts, role - 2, 2);
+          helpers_sync();
+          if (any_rows) count_union(words, counts, htid, 64);
+          helpers_sync();
+          mma::mbar_arrive(union_ready_bar + 8u * b);
+          sUnion = words;
+          plan_item(counts[0], counts[1]);
+          start_cursor();
+          if (k >= 1) mma::mbar_wait(prep_free_bar, uint32_t((k - 1) & 1));
+          if (Cfg::kConsumerBias && any_rows) {
+            for (int r = htid; r < Cfg::kRows; r += 64) sTauMu[b * Cfg::kRows + r] = load_tau_mu(r);
+          }
+          if (any_rows) copy_q(htid, 64);
+          if (use_table) {
+            PairColumns cols(cursor, words, n_pairs, per_tile, a.log2_chunk);
+            copy_kbar_columns<Cfg>(a, sp, seq, kv_head, cols, 0, ::min(n_pairs, Cfg::kPrepStagedCols),
+                                   8 * (role - 2), 16, lane, sKbarStage);
+          }
+          mma::cp_async_wait<0>();
+          if constexpr (Cfg::kWgmma) wgmma::fence_proxy_async();  // Q may be read by the tensor cores
+          mma::mbar_arrive(prep_ready_bar);
+        }
         return;
       }
-      if (warp > Cfg::kWarps) return;  // the producer warpgroup's idle warps
+      uint32_t ring_pos = 0;  // the ring's fills so far: stages and parities run on across items
+      for (int k = 0;; ++k) {
+        const int b = k & 1;
+        if (!take_item(k)) break;
+        if (role == 1) {
+          attend_tile_records<Cfg>(a, sp, kv_head, lane, cursor, n_iter, row0, first_token, n_tokens_cta, full_bar,
+                                   empty_bar, sMeta, sUnion, ring_pos, use_warpgroups);
+        } else {
+          attend_produce<Cfg>(a, sp, seq, kv_head, lane, cursor, n_iter, first_token, n_tokens_cta, per_tile,
+                              kbar_per_tile, producer_table, full_bar, empty_bar, sRing, sKbar, sBias, sUnion,
+                              tmap_k, tmap_v, -1, ring_free_bar, ring_pos);
+        }
+        ring_pos += uint32_t(n_iter);
+        mma::mbar_arrive(union_free_bar + 8u * b);  // this lane is done with the item's union
+      }
+      return;
+    } else {
+      if constexpr (Cfg::kProducerWarps > 1) {
+        if (use_records && warp == Cfg::kWarps + 1) {
+          attend_tile_records<Cfg>(a, sp, kv_head, lane, cursor, n_iter, row0, first_token, n_tokens_cta, full_bar,
+                                   empty_bar, sMeta, sUnion);
+          return;
+        }
+        if (warp > Cfg::kWarps) return;  // the producer warpgroup's idle warps
+      }
+      // The stages the table's k̄ columns occupy (the last ones) are filled only once the consumers release them;
+      // the stages before them right away (-1: nothing staged, no wait).
+      const int ring_free_from = stage_kbar ? kStages - Cfg::kbar_staging_stages(n_pairs) : -1;
+      attend_produce<Cfg>(a, sp, seq, kv_head, lane, cursor, n_iter, first_token, n_tokens_cta, per_tile,
+                          kbar_per_tile, producer_table, full_bar, empty_bar, sRing, sKbar, sBias, sUnion, tmap_k,
+                          tmap_v, ring_free_from, ring_free_bar);
+      return;
     }
-    const int n_tokens = any_rows ? int(last_token - first_token + 1) : 0;
-    // The stages the table's k̄ columns occupy (the last ones) are filled only once the consumers release them;
-    // the stages before them right away (-1: nothing staged, no wait).
-    const int ring_free_from = stage_kbar ? kStages - Cfg::kbar_staging_stages(n_pairs) : -1;
-    attend_produce<Cfg>(a, sp, seq, kv_head, lane, cursor, n_iter, first_token, n_tokens, per_tile, kbar_per_tile,
-                        producer_table, full_bar, empty_bar, sRing, sKbar, sBias, sUnion, tmap_k, tmap_v,
-                        ring_free_from, ring_free_bar);
-    return;
   }
 
   // ---- Consumer warps ----
   if constexpr (Cfg::kProducerWarps > 1) wgmma::setmaxnreg_inc<Cfg::kConsumerRegs>();
   // Barrier of the consumer warps alone (named barrier 3).
   auto consumers_sync = [&]() { asm volatile("bar.sync 3, %0;\n" ::"n"(Cfg::kWarps * 32) : "memory"); };
-  auto make_row = [&](int r) {
-    RowInfo ri;
-    ri.valid = row0 + r < rows_in_seq;
-    int head;
-    split_row(r, ri.token_slot, head);
-    const int64_t token = first_token + ri.token_slot;
-    ri.route = RowRouting{nullptr, -1, 0};
-    if (ri.valid) ri.route = token_routing(a, sp, kv_head, token);
-    return ri;
-  };
-  // This thread's two rows of the warp's 16-row slab (fragment rows lane / 4 and lane / 4 + 8; all warps share
-  // slab 0 with the tile split).
-  const RowInfo row_a = make_row(slab_row + lane / 4);
-  const RowInfo row_b = make_row(slab_row + lane / 4 + 8);
-  MaskWordCache words_a, words_b;  // the rows' current mask words (the tile walk is ascending)
-  // tau and mu (loaded at entry), constant over the tiles, parked in the (then unused) producer bias tables rather
-  // than in registers: the warpgroup tiling runs at its register cap.
-  float2* row_tau_mu = reinterpret_cast<float2*>(sBias) + warp * 16;
-  // The bias of the current tile's chunks qd = 0..3 per row of this warp: [16][4].
-  float* row_bias = sBias + Cfg::kWarps * 32 + warp * 16 * 4;
-  if (use_table || kbar_per_tile) {  // (the producer's tables, then unused, hold them)
-    if (lane % 4 == 0) {
-      row_tau_mu[lane / 4] = early_tau_mu[0];
-      row_tau_mu[lane / 4 + 8] = early_tau_mu[1];
+  uint32_t ring_pos = 0;  // the ring's fills before the item (persistent: stages and parities run on)
+  // One item per CTA, or (persistent) the CTA's items in turn.
+  for (int k = 0;; ++k) {
+    int buf = 0;  // the item's buffer of the helpers' preparations (persistent)
+    if constexpr (kPersistent) {
+      buf = k & 1;
+      if (!take_item(k)) break;
+    } else if (k > 0) {
+      break;
     }
-    __syncwarp();
-  }
-  if (tid == 0) phase_mark_ready(PhaseKernel::kAttend, 3, row_tau_mu[0].x);
-  const uint32_t sKbar_addr = mma::smem_addr(sKbar) + uint32_t(lane % 4) * (Cfg::kKbarRowElems * 2u) +
-                              uint32_t(lane / 8) * 16u;
-
-  // g divides 16, so it is a power of two and sum * (1 / g) rounds exactly as sum / g (without the division's
-  // slow-path check).
-  const float inv_g = 1.0f / float(g);
-  // The bias (log2 units) of a token from the group sum of its heads' entmax weights and its mu.
-  auto bias_of = [&](float sum, float mu) {
-    float w = sum * inv_g;
-    // The mask bit is ground truth: a weight that recomputes to zero still gets a finite bias.
-    if (!(w > 0.0f)) w = kMinRoutedWeight;
-    return prior_bias(a.prior, logf(w), mu, a.inv_sigma) * 1.4426950408889634f;
-  };
-  // Group sums of the tile's chunks qd = 0..3 for this thread's two rows, from x = the warp's 16 Q rows times the
-  // stage's k̄ rows (one m16n8k16 n-tile; columns 4..7 repeat rows 0..3 of the buffer): each head's entmax weight
-  // summed over its token's rows (see the butterfly below).
-  auto group_sums = [&](const float (&x)[4], float& sa0, float& sa1, float& sb0, float& sb1) {
-    const float x_scale = (a.alpha - 1.0f) * a.gamma * rsqrtf(float(D));
-    const float tau_a = row_tau_mu[lane / 4].x, tau_b = row_tau_mu[lane / 4 + 8].x;
-    const float wa0 = entmax_weight(x_scale * x[0], tau_a, a.alpha), wa1 = entmax_weight(x_scale * x[1], tau_a, a.alpha);
-    const float wb0 = entmax_weight(x_scale * x[2], tau_b, a.alpha), wb1 = entmax_weight(x_scale * x[3], tau_b, a.alpha);
-    // The group sum: a token's g rows are g consecutive fragment rows (lane groups lane / 4, and for g = 16 both
-    // halves), so a butterfly over those lanes adds them in a fixed order that every Stage-2 path shares (a
-    // decode step and its prefill row rebuild bitwise-equal biases). It is not group_weight's head order, which
-    // changes the bias by a rounding at most; the mask bit, not the weight, decides what is routed.
-    sa0 = wa0, sa1 = wa1, sb0 = wb0, sb1 = wb1;
-    if (g == 16) {
-      sa0 += wb0;
-      sa1 += wb1;
-#pragma unroll
-      for (int off = 4; off < 32; off <<= 1) {
-        sa0 += __shfl_xor_sync(0xffffffffu, sa0, off);
-        sa1 += __shfl_xor_sync(0xffffffffu, sa1, off);
+    auto make_row = [&](int r) {
+      RowInfo ri;
+      ri.valid = row0 + r < rows_in_seq;
+      int head;
+      split_row(r, ri.token_slot, head);
+      const int64_t token = first_token + ri.token_slot;
+      ri.route = RowRouting{nullptr, -1, 0};
+      if (ri.valid) ri.route = token_routing(a, sp, kv_head, token);
+      return ri;
+    };
+    // This thread's two rows of the warp's 16-row slab (fragment rows lane / 4 and lane / 4 + 8; all warps share
+    // slab 0 with the tile split).
+    const RowInfo row_a = make_row(slab_row + lane / 4);
+    const RowInfo row_b = make_row(slab_row + lane / 4 + 8);
+    MaskWordCache words_a, words_b;  // the rows' current mask words (the tile walk is ascending)
+    // tau and mu (loaded at entry), constant over the tiles, parked in the (then unused) producer bias tables rather
+    // than in registers: the warpgroup tiling runs at its register cap.
+    // (Persistent: the helpers' buffer of the item's rows.)
+    float2* row_tau_mu =
+        kPersistent ? sTauMu + buf * Cfg::kRows + warp * 16 : reinterpret_cast<float2*>(sBias) + warp * 16;
+    // The bias of the current tile's chunks qd = 0..3 per row of this warp: [16][4].
+    float* row_bias = sBias + Cfg::kWarps * 32 + warp * 16 * 4;
+    if (!kPersistent && (use_table || kbar_per_tile)) {  // (the producer's tables, then unused, hold them)
+      if (lane % 4 == 0) {
+        row_tau_mu[lane / 4] = early_tau_mu[0];
+        row_tau_mu[lane / 4 + 8] = early_tau_mu[1];
       }
-      sb0 = sa0;
-      sb1 = sa1;
-    } else {
-      // g divides 8: a token's rows lie within one half, at lane groups that differ in the low log2(g) bits.
-      for (int off = 4; off < 4 * g; off <<= 1) {
-        sa0 += __shfl_xor_sync(0xffffffffu, sa0, off);
-        sa1 += __shfl_xor_sync(0xffffffffu, sa1, off);
-        sb0 += __shfl_xor_sync(0xffffffffu, sb0, off);
-        sb1 += __shfl_xor_sync(0xffffffffu, sb1, off);
-      }
+      __syncwarp();
     }
-  };
-  // The biases of this thread's two rows for columns 2 t4 and 2 t4 + 1 of x.
-  auto group_bias = [&](const float (&x)[4], float& ba0, float& ba1, float& bb0, float& bb1) {
-    float sa0, sa1, sb0, sb1;
-    group_sums(x, sa0, sa1, sb0, sb1);
-    const float mu_a = row_tau_mu[lane / 4].y, mu_b = row_tau_mu[lane / 4 + 8].y;
-    ba0 = bias_of(sa0, mu_a);
-    ba1 = bias_of(sa1, mu_a);
-    if (g == 16) {
-      // Both rows are the same token (sb = sa, mu_b = mu_a): the same two biases, without two more logarithms.
-      // The logarithms were most of the bias table's instructions (perf-log.md, seventh pass).
-      bb0 = ba0;
-      bb1 = ba1;
-    } else {
-      bb0 = bias_of(sb0, mu_b);
-      bb1 = bias_of(sb1, mu_b);
-    }
-  };
-  auto consumer_bias = [&](const float (&x)[4]) {
-    float ba0, ba1, bb0, bb1;
-    group_bias(x, ba0, ba1, bb0, bb1);
-    // Every lane is done reading the previous tile's biases (the shuffles between do not order memory).
-    __syncwarp();
-    if (lane % 4 < 2) {  // columns 2 * t4 and 2 * t4 + 1 are chunks 0..3 of the tile
-      *reinterpret_cast<float2*>(row_bias + (lane / 4) * 4 + 2 * (lane % 4)) = make_float2(ba0, ba1);
-      *reinterpret_cast<float2*>(row_bias + (lane / 4 + 8) * 4 + 2 * (lane % 4)) = make_float2(bb0, bb1);
-    }
-    __syncwarp();
-  };
+    if (!kPersistent && tid == 0) phase_mark_ready(PhaseKernel::kAttend, 3, row_tau_mu[0].x);
+    const uint32_t sKbar_addr = mma::smem_addr(sKbar) + uint32_t(lane % 4) * (Cfg::kKbarRowElems * 2u) +
+                                uint32_t(lane / 8) * 16u;
 
-  float acc_o[Cfg::kONTiles][4];
+    // g divides 16, so it is a power of two and sum * (1 / g) rounds exactly as sum / g (without the division's
+    // slow-path check).
+    const float inv_g = 1.0f / float(g);
+    // The bias (log2 units) of a token from the group sum of its heads' entmax weights and its mu.
+    auto bias_of = [&](float sum, float mu) {
+      float w = sum * inv_g;
+      // The mask bit is ground truth: a weight that recomputes to zero still gets a finite bias.
+      if (!(w > 0.0f)) w = kMinRoutedWeight;
+      return prior_bias(a.prior, logf(w), mu, a.inv_sigma) * 1.4426950408889634f;
+    };
+    // Group sums of the tile's chunks qd = 0..3 for this thread's two rows, from x = the warp's 16 Q rows times the
+    // stage's k̄ rows (one m16n8k16 n-tile; columns 4..7 repeat rows 0..3 of the buffer): each head's entmax weight
+    // summed over its token's rows (see the butterfly below).
+    auto group_sums = [&](const float (&x)[4], float& sa0, float& sa1, float& sb0, float& sb1) {
+      const float x_scale = (a.alpha - 1.0f) * a.gamma * rsqrtf(float(D));
+      const float tau_a = row_tau_mu[lane / 4].x, tau_b = row_tau_mu[lane / 4 + 8].x;
+      const float wa0 = entmax_weight(x_scale * x[0], tau_a, a.alpha);
+      const float wa1 = entmax_weight(x_scale * x[1], tau_a, a.alpha);
+      const float wb0 = entmax_weight(x_scale * x[2], tau_b, a.alpha);
+      const float wb1 = entmax_weight(x_scale * x[3], tau_b, a.alpha);
+      // The group sum: a token's g rows are g consecutive fragment rows (lane groups lane / 4, and for g = 16 both
+      // halves), so a butterfly over those lanes adds them in a fixed order that every Stage-2 path shares (a
+      // decode step and its prefill row rebuild bitwise-equal biases). It is not group_weight's head order, which
+      // changes the bias by a rounding at most; the mask bit, not the weight, decides what is routed.
+      sa0 = wa0, sa1 = wa1, sb0 = wb0, sb1 = wb1;
+      if (g == 16) {
+        sa0 += wb0;
+        sa1 += wb1;
 #pragma unroll
-  for (int i = 0; i < Cfg::kONTiles; ++i) acc_o[i][0] = acc_o[i][1] = acc_o[i][2] = acc_o[i][3] = 0.0f;
-  float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f;
-
-  // ldmatrix lane addresses. A lane's row r always has r % 8 == lane % 8, so its swizzled 16-byte piece for
-  // column piece 2k + b is (2k) ^ (b ^ lane % 8): four variants (k % 4) per operand; the rest (k / 4, the
-  // 16-row block, the stage) are plain offsets the compiler folds into the instructions.
-  // Q and the K/V tiles are column blocks of 128-byte rows (q_swz(), kv_swz()).
-  constexpr uint32_t kQBlockBytes = uint32_t(Cfg::kRows) * 128;
-  constexpr uint32_t kTileBytes = Cfg::kTileBytes;
-  constexpr uint32_t kKVRowBytes = 128;
-  const int r8 = lane % 8;
-  const uint32_t q_row = uint32_t(slab_row + r8 + 8 * ((lane / 8) % 2));
-  const uint32_t k_row = uint32_t(r8 + 8 * (lane / 16));
-  const uint32_t v_row = uint32_t(r8 + 8 * ((lane / 8) % 2));
-  const uint32_t q_sel = uint32_t((lane / 16) ^ r8), k_sel = uint32_t(((lane / 8) % 2) ^ r8), v_sel = q_sel;
-  uint32_t q_off[4], k_off[4], v_off[4];
-#pragma unroll
-  for (int var = 0; var < 4; ++var) {
-    q_off[var] = q_row * 128u + (((2u * var) ^ q_sel) << 4);
-    k_off[var] = k_row * kKVRowBytes + (((2u * var) ^ k_sel) << 4);
-    v_off[var] = v_row * kKVRowBytes + (((2u * var) ^ v_sel) << 4);
-  }
-  const uint32_t sQ_addr = mma::smem_addr(sQ);
-  const uint32_t sRing_addr = mma::smem_addr(sRing);
-
-  uint32_t q_frag[Cfg::kQInRegisters ? Cfg::kKSteps : 1][4];
-  if constexpr (Cfg::kQInRegisters) {
-#pragma unroll
-    for (int kk = 0; kk < Cfg::kKSteps; ++kk)
-      mma::ldmatrix_x4(q_frag[kk], sQ_addr + q_off[kk % 4] + kQBlockBytes * (kk / 4));
-  }
-  // The A fragment of k-step kk of this warp's 16 Q rows: held in registers at d <= 64, else read from Q.
-  auto q_fragment = [&](int kk, uint32_t (&qa)[4]) {
-    if constexpr (Cfg::kQInRegisters) {
-      qa[0] = q_frag[kk][0]; qa[1] = q_frag[kk][1]; qa[2] = q_frag[kk][2]; qa[3] = q_frag[kk][3];
-    } else {
-      mma::ldmatrix_x4(qa, sQ_addr + q_off[kk % 4] + kQBlockBytes * (kk / 4));
-    }
-  };
-  const int t4 = lane % 4;
-
-  if (use_table) {
-    fill_bias_table<Cfg>(TableFill{a, sp, seq, kv_head, warp, lane, g, row_a, row_b, n_pairs, n_tokens_cta, per_tile,
-                                   cursor, sUnion, reinterpret_cast<unsigned char*>(sRing), sTable, stage_kbar,
-                                   ring_free_bar},
-                         q_fragment, group_bias, group_sums,
-                         [&](float sum) { return bias_of(sum, row_tau_mu[lane / 4].y); }, consumers_sync);
-  }
-  if (tid == 0) phase_mark(PhaseKernel::kAttend, 5);
-
-  // One k-step of x += Q k̄^T for the per-tile bias; an ldmatrix of the stage's k̄ buffer covers two k-steps.
-  auto bias_x = [&](int stage, float (&xb)[4]) {
-    const uint32_t kbar_addr = sKbar_addr + uint32_t(stage) * Cfg::kKbarStageBytes;
-    uint32_t kb[4];
-#pragma unroll
-    for (int kk = 0; kk < Cfg::kKSteps; ++kk) {
-      uint32_t qa[4];
-      q_fragment(kk, qa);
-      if (kk % 2 == 0) mma::ldmatrix_x4(kb, kbar_addr + uint32_t(kk) * 32u);
-      mma::mma_16816<Element>(xb, qa, kb[2 * (kk % 2)], kb[2 * (kk % 2) + 1]);
-    }
-  };
-
-  // Logits of one tile (S in log2 units, bias and mask applied) and the online softmax update of m and l; S is
-  // left holding P. Returns the factors the O accumulator must be rescaled by, which the caller applies once no
-  // P V that writes O is in flight (rescale_o skips a warp whose factors are all 1).
-  //
-  // Two savings on the per-tile instruction count (the warpgroup loop issued ~500 instructions per tile and
-  // warp before them, against 12 wgmma; perf-log.md, ninth pass):
-  // - With one bias per row and tile (C >= 64, or no bias) the logits are fma(s, scale, b). The mask goes onto
-  //   the raw scores and the row maximum is taken on them: fma is non-decreasing in s for scale > 0, so the
-  //   largest logit is the logit of the largest score. The exponent then folds scale, bias and maximum into one
-  //   fma per score, as FlashAttention does, instead of an fma and a subtraction.
-  // - A tile that raises no row's maximum has rescale factors of exactly 1, and rescale_o skips the 64
-  //   multiplies when that holds for every row of the warp (most tiles once the rows have seen a few).
-  // The maximum itself stays exact, so the largest P of a peaked row is exactly 1 after rounding to bf16 (a lazy
-  // maximum broke the conformance bound: perf-log.md, ninth pass).
-  auto online_softmax = [&](float (&s)[8][4], int it, int stage, int64_t tile, uint64_t keys_a, uint64_t keys_b,
-                            float& corr_a, float& corr_b) {
-    const int64_t k0 = tile * kTileKeys;
-    const float* stage_bias = sBias + size_t(stage) * Cfg::kRows * 4;  // filled by the producer with the tile
-    // The bias of chunk qd of the tile for this thread's two rows (routed chunks c < c_i carry one; the diagonal
-    // and masked ones 0).
-    auto tile_bias = [&](int qd, float& ba, float& bb) {
-      const int64_t c = (k0 >> a.log2_chunk) + qd;
-      ba = 0.0f;
-      bb = 0.0f;
-      if (use_table) {
-        const float* tp = sTable + (it * per_tile + qd) * n_tokens_cta;
-        if (row_a.valid && c < row_a.route.diag) ba = tp[row_a.token_slot];
-        if (row_b.valid && c < row_b.route.diag) bb = tp[row_b.token_slot];
+        for (int off = 4; off < 32; off <<= 1) {
+          sa0 += __shfl_xor_sync(0xffffffffu, sa0, off);
+          sa1 += __shfl_xor_sync(0xffffffffu, sa1, off);
+        }
+        sb0 = sa0;
+        sb1 = sa1;
       } else {
-        const float* ta = kbar_per_tile ? row_bias + (lane / 4) * 4 : stage_bias + row_a.token_slot * 4;
-        const float* tb = kbar_per_tile ? row_bias + (lane / 4 + 8) * 4 : stage_bias + row_b.token_slot * 4;
-        if (row_a.valid && c < row_a.route.diag) ba = ta[qd];
-        if (row_b.valid && c < row_b.route.diag) bb = tb[qd];
-      }
-    };
-    // Logit = fma(s, row_scale, row bias): the raw score with the row's bias (C >= 64: one chunk per tile, two
-    // loads per tile), or, with several chunks per tile, s already turned into the logit (scale 1, bias 0).
-    float row_scale = a.scale_log2, ba = 0.0f, bb = 0.0f;
-    if (bias_on && per_tile == 1) {
-      tile_bias(0, ba, bb);
-    } else if (bias_on) {
-      row_scale = 1.0f;
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
-        float ta, tb;
-        // An 8-key n-tile lies inside one chunk (C >= 16).
-        tile_bias((nt * 8) >> a.log2_chunk, ta, tb);
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          s[nt][e] = fmaf(s[nt][e], a.scale_log2, ta);
-          s[nt][2 + e] = fmaf(s[nt][2 + e], a.scale_log2, tb);
+        // g divides 8: a token's rows lie within one half, at lane groups that differ in the low log2(g) bits.
+        for (int off = 4; off < 4 * g; off <<= 1) {
+          sa0 += __shfl_xor_sync(0xffffffffu, sa0, off);
+          sa1 += __shfl_xor_sync(0xffffffffu, sa1, off);
+          sb0 += __shfl_xor_sync(0xffffffffu, sb0, off);
+          sb1 += __shfl_xor_sync(0xffffffffu, sb1, off);
         }
       }
-    }
-    if ((keys_a & keys_b) != ~0ull) {  // most tiles are attended whole by both rows
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
-        const uint32_t wa = uint32_t(keys_a >> (nt * 8 + 2 * t4)), wb = uint32_t(keys_b >> (nt * 8 + 2 * t4));
-        if (!(wa & 1u)) s[nt][0] = -INFINITY;
-        if (!(wa & 2u)) s[nt][1] = -INFINITY;
-        if (!(wb & 1u)) s[nt][2] = -INFINITY;
-        if (!(wb & 2u)) s[nt][3] = -INFINITY;
+    };
+    // The biases of this thread's two rows for columns 2 t4 and 2 t4 + 1 of x.
+    auto group_bias = [&](const float (&x)[4], float& ba0, float& ba1, float& bb0, float& bb1) {
+      float sa0, sa1, sb0, sb1;
+      group_sums(x, sa0, sa1, sb0, sb1);
+      const float mu_a = row_tau_mu[lane / 4].y, mu_b = row_tau_mu[lane / 4 + 8].y;
+      ba0 = bias_of(sa0, mu_a);
+      ba1 = bias_of(sa1, mu_a);
+      if (g == 16) {
+        // Both rows are the same token (sb = sa, mu_b = mu_a): the same two biases, without two more logarithms.
+        // The logarithms were most of the bias table's instructions (perf-log.md, seventh pass).
+        bb0 = ba0;
+        bb1 = ba1;
+      } else {
+        bb0 = bias_of(sb0, mu_b);
+        bb1 = bias_of(sb1, mu_b);
       }
-    }
-    float mx_a = -INFINITY, mx_b = -INFINITY;
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-      mx_a = fmaxf(mx_a, fmaxf(s[nt][0], s[nt][1]));
-      mx_b = fmaxf(mx_b, fmaxf(s[nt][2], s[nt][3]));
-    }
-    mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
-    mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
-    mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
-    mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
-    // The rows' largest logits (-inf stays -inf: the scale is > 0 and the bias finite).
-    const float new_a = fmaxf(m_a, fmaf(mx_a, row_scale, ba)), new_b = fmaxf(m_b, fmaf(mx_b, row_scale, bb));
-    // A row's first keys move m from -inf: the factor is then 0, and O and l are still 0.
-    corr_a = 1.0f;
-    corr_b = 1.0f;
-    if (new_a > m_a) {
-      corr_a = mma::exp2_approx(m_a - new_a);
-      m_a = new_a;
-    }
-    if (new_b > m_b) {
-      corr_b = mma::exp2_approx(m_b - new_b);
-      m_b = new_b;
-    }
-    // A row that has seen no key yet: subtracting 0 keeps exp2 at 0 instead of NaN.
-    const float off_a = ba - (m_a == -INFINITY ? 0.0f : m_a);
-    const float off_b = bb - (m_b == -INFINITY ? 0.0f : m_b);
-    float sum_a = 0.0f, sum_b = 0.0f;
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-      s[nt][0] = mma::exp2_approx(fmaf(s[nt][0], row_scale, off_a));
-      s[nt][1] = mma::exp2_approx(fmaf(s[nt][1], row_scale, off_a));
-      s[nt][2] = mma::exp2_approx(fmaf(s[nt][2], row_scale, off_b));
-      s[nt][3] = mma::exp2_approx(fmaf(s[nt][3], row_scale, off_b));
-      sum_a += s[nt][0] + s[nt][1];
-      sum_b += s[nt][2] + s[nt][3];
-    }
-    l_a = l_a * corr_a + sum_a;
-    l_b = l_b * corr_b + sum_b;
-  };
-  auto rescale_o = [&](float corr_a, float corr_b) {
-    if (!__any_sync(0xffffffffu, corr_a != 1.0f || corr_b != 1.0f)) return;  // most tiles: m did not move
-#pragma unroll
-    for (int i = 0; i < Cfg::kONTiles; ++i) {
-      acc_o[i][0] *= corr_a;
-      acc_o[i][1] *= corr_a;
-      acc_o[i][2] *= corr_b;
-      acc_o[i][3] *= corr_b;
-    }
-  };
-  // P from the S registers (C layout of n-tiles 2j, 2j+1 = A layout of k-step j).
-  auto pack_p = [&](const float (&s)[8][4], uint32_t (&pa)[4][4]) {
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      pa[j][0] = mma::pack2<Element>(s[2 * j][0], s[2 * j][1]);
-      pa[j][1] = mma::pack2<Element>(s[2 * j][2], s[2 * j][3]);
-      pa[j][2] = mma::pack2<Element>(s[2 * j + 1][0], s[2 * j + 1][1]);
-      pa[j][3] = mma::pack2<Element>(s[2 * j + 1][2], s[2 * j + 1][3]);
-    }
-  };
-  auto release_stage = [&](int stage) { mma::mbar_arrive(empty_bar + 8u * stage); };
+    };
+    auto consumer_bias = [&](const float (&x)[4]) {
+      float ba0, ba1, bb0, bb1;
+      group_bias(x, ba0, ba1, bb0, bb1);
+      // Every lane is done reading the previous tile's biases (the shuffles between do not order memory).
+      __syncwarp();
+      if (lane % 4 < 2) {  // columns 2 * t4 and 2 * t4 + 1 are chunks 0..3 of the tile
+        *reinterpret_cast<float2*>(row_bias + (lane / 4) * 4 + 2 * (lane % 4)) = make_float2(ba0, ba1);
+        *reinterpret_cast<float2*>(row_bias + (lane / 4 + 8) * 4 + 2 * (lane % 4)) = make_float2(bb0, bb1);
+      }
+      __syncwarp();
+    };
 
-  if (use_warpgroups) {
-    // Warpgroup path, software-pipelined over the tiles the warpgroup attends: S = Q K^T of the next tile is
-    // issued before P V of the current one, so the tensor cores work on both while the warps run the next
-    // tile's softmax; O is rescaled only once that P V has completed. A stage is released after its P V.
-    // Tiles none of the warpgroup's rows attend are waited for and released at once (one arrival per lane and
-    // phase, as the producer expects).
-    const uint32_t q_group = sQ_addr + uint32_t(warp / 4) * 64u * 128u;
-    // This warp's 16 rows of Q as the A fragments of every k-step (the A layout of warp w % 4 of its warpgroup
-    // is mma.sync's for rows 16 (w % 4) .. 16 (w % 4) + 15, which q_fragment reads). Never written again, so
-    // the wgmmas that read them need no wait before the registers change.
-    constexpr bool kSFromRegisters = DASHATTN_ATTEND_S_RS != 0;
-    uint32_t qa[kSFromRegisters ? Cfg::kKSteps : 1][4];
-    if constexpr (kSFromRegisters) {
+    float acc_o[Cfg::kONTiles][4];
 #pragma unroll
-      for (int kk = 0; kk < Cfg::kKSteps; ++kk) q_fragment(kk, qa[kk]);
+    for (int i = 0; i < Cfg::kONTiles; ++i) acc_o[i][0] = acc_o[i][1] = acc_o[i][2] = acc_o[i][3] = 0.0f;
+    float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f;
+
+    // ldmatrix lane addresses. A lane's row r always has r % 8 == lane % 8, so its swizzled 16-byte piece for
+    // column piece 2k + b is (2k) ^ (b ^ lane % 8): four variants (k % 4) per operand; the rest (k / 4, the
+    // 16-row block, the stage) are plain offsets the compiler folds into the instructions.
+    // Q and the K/V tiles are column blocks of 128-byte rows (q_swz(), kv_swz()).
+    constexpr uint32_t kQBlockBytes = uint32_t(Cfg::kRows) * 128;
+    constexpr uint32_t kTileBytes = Cfg::kTileBytes;
+    constexpr uint32_t kKVRowBytes = 128;
+    const int r8 = lane % 8;
+    const uint32_t q_row = uint32_t(slab_row + r8 + 8 * ((lane / 8) % 2));
+    const uint32_t k_row = uint32_t(r8 + 8 * (lane / 16));
+    const uint32_t v_row = uint32_t(r8 + 8 * ((lane / 8) % 2));
+    const uint32_t q_sel = uint32_t((lane / 16) ^ r8), k_sel = uint32_t(((lane / 8) % 2) ^ r8), v_sel = q_sel;
+    uint32_t q_off[4], k_off[4], v_off[4];
+#pragma unroll
+    for (int var = 0; var < 4; ++var) {
+      q_off[var] = q_row * 128u + (((2u * var) ^ q_sel) << 4);
+      k_off[var] = k_row * kKVRowBytes + (((2u * var) ^ k_sel) << 4);
+      v_off[var] = v_row * kKVRowBytes + (((2u * var) ^ v_sel) << 4);
     }
-    struct Tile {
-      int it, stage;
-      int64_t tile;
-      uint64_t keys_a, keys_b;
-    };
-    int next_it = 0;
-    // The record warp's record of each stage (attend_tile_records) says which tile it holds, whether this
-    // warpgroup attends it and the keys of every token: no union walk, mask reads or warpgroup vote here (that
-    // bookkeeping drew about a quarter of the loop's warp samples in Nsight Compute). Tiles the warpgroup does not
-    // attend are waited for and released at once (one arrival per lane and phase, as the producer expects).
-    const int wg_bit = 1 << (warp / 4);
-    auto acquire = [&](Tile& t) {
-      while (next_it < n_iter) {
-        t.it = next_it++;
-        t.stage = t.it % kStages;
-        mma::mbar_wait(full_bar + 8u * t.stage, uint32_t((t.it / kStages) & 1));
-        const unsigned char* meta = sMeta + size_t(t.stage) * Cfg::kMetaStageBytes;
-        if (*reinterpret_cast<const uint32_t*>(meta + 8) & wg_bit) {
-          t.tile = *reinterpret_cast<const int64_t*>(meta);
-          const uint64_t* keys = reinterpret_cast<const uint64_t*>(meta + 16);
-          t.keys_a = row_a.valid ? keys[row_a.token_slot] : 0ull;
-          t.keys_b = row_b.valid ? keys[row_b.token_slot] : 0ull;
-          return true;
-        }
-        release_stage(t.stage);
+    const uint32_t sQ_addr = mma::smem_addr(sQ);
+    const uint32_t sRing_addr = mma::smem_addr(sRing);
+
+    uint32_t q_frag[Cfg::kQInRegisters ? Cfg::kKSteps : 1][4];
+    if constexpr (Cfg::kQInRegisters) {
+#pragma unroll
+      for (int kk = 0; kk < Cfg::kKSteps; ++kk)
+        mma::ldmatrix_x4(q_frag[kk], sQ_addr + q_off[kk % 4] + kQBlockBytes * (kk / 4));
+    }
+    // The A fragment of k-step kk of this warp's 16 Q rows: held in registers at d <= 64, else read from Q.
+    auto q_fragment = [&](int kk, uint32_t (&qa)[4]) {
+      if constexpr (Cfg::kQInRegisters) {
+        qa[0] = q_frag[kk][0]; qa[1] = q_frag[kk][1]; qa[2] = q_frag[kk][2]; qa[3] = q_frag[kk][3];
+      } else {
+        mma::ldmatrix_x4(qa, sQ_addr + q_off[kk % 4] + kQBlockBytes * (kk / 4));
       }
-      return false;
     };
-    auto issue_s = [&](const Tile& t, float (&s)[8][4]) {
-      const uint32_t sK_addr = sRing_addr + uint32_t(t.stage) * 2u * kTileBytes;
-      const uint64_t db0 = wgmma::desc_sw128(sK_addr, 16u, 1024u);
-      wgmma::fence();
+    const int t4 = lane % 4;
+
+    if constexpr (kPersistent) {
+      // The item's Q, tau / mu and first round of staged k̄ columns are in; with a table, every consumer warp is
+      // done reading the previous item's entries (the table is one buffer, laid out per item).
+      mma::mbar_wait(prep_ready_bar, uint32_t(k & 1));
+      if (use_table && k > 0) consumers_sync();
+    }
+    if (use_table) {
+      fill_bias_table<Cfg>(TableFill{a, sp, seq, kv_head, warp, lane, g, row_a, row_b, n_pairs, n_tokens_cta, per_tile,
+                                     cursor, sUnion, reinterpret_cast<unsigned char*>(sRing), sTable, stage_kbar,
+                                     kPersistent ? 0u : ring_free_bar, kPersistent ? sKbarStage : nullptr},
+                           q_fragment, group_bias, group_sums,
+                           [&](float sum) { return bias_of(sum, row_tau_mu[lane / 4].y); }, consumers_sync);
+    }
+    if (tid == 0) phase_mark(PhaseKernel::kAttend, 5);
+
+    // One k-step of x += Q k̄^T for the per-tile bias; an ldmatrix of the stage's k̄ buffer covers two k-steps.
+    auto bias_x = [&](int stage, float (&xb)[4]) {
+      const uint32_t kbar_addr = sKbar_addr + uint32_t(stage) * Cfg::kKbarStageBytes;
+      uint32_t kb[4];
 #pragma unroll
       for (int kk = 0; kk < Cfg::kKSteps; ++kk) {
-        // K-major operands; a k-step of 16 columns is 32 bytes into the 128-byte block.
-        const uint32_t col = uint32_t(kk % 4) * 32u;
-        const uint64_t db = wgmma::desc_advance(db0, Cfg::kBlockBytes * (kk / 4) + col);
-        if constexpr (kSFromRegisters) {
-          wgmma::mma_64x64x16_rs<Element>(s, qa[kk], db, kk > 0 ? 1 : 0);
+        uint32_t qa[4];
+        q_fragment(kk, qa);
+        if (kk % 2 == 0) mma::ldmatrix_x4(kb, kbar_addr + uint32_t(kk) * 32u);
+        mma::mma_16816<Element>(xb, qa, kb[2 * (kk % 2)], kb[2 * (kk % 2) + 1]);
+      }
+    };
+
+    // Logits of one tile (S in log2 units, bias and mask applied) and the online softmax update of m and l; S is
+    // left holding P. Returns the factors the O accumulator must be rescaled by, which the caller applies once no
+    // P V that writes O is in flight (rescale_o skips a warp whose factors are all 1).
+    //
+    // Two savings on the per-tile instruction count (the warpgroup loop issued ~500 instructions per tile and
+    // warp before them, against 12 wgmma; perf-log.md, ninth pass):
+    // - With one bias per row and tile (C >= 64, or no bias) the logits are fma(s, scale, b). The mask goes onto
+    //   the raw scores and the row maximum is taken on them: fma is non-decreasing in s for scale > 0, so the
+    //   largest logit is the logit of the largest score. The exponent then folds scale, bias and maximum into one
+    //   fma per score, as FlashAttention does, instead of an fma and a subtraction.
+    // - A tile that raises no row's maximum has rescale factors of exactly 1, and rescale_o skips the 64
+    //   multiplies when that holds for every row of the warp (most tiles once the rows have seen a few).
+    // The maximum itself stays exact, so the largest P of a peaked row is exactly 1 after rounding to bf16 (a lazy
+    // maximum broke the conformance bound: perf-log.md, ninth pass).
+    auto online_softmax = [&](float (&s)[8][4], int it, int stage, int64_t tile, uint64_t keys_a, uint64_t keys_b,
+                              float& corr_a, float& corr_b) {
+      const int64_t k0 = tile * kTileKeys;
+      const float* stage_bias = sBias + size_t(stage) * Cfg::kRows * 4;  // filled by the producer with the tile
+      // The bias of chunk qd of the tile for this thread's two rows (routed chunks c < c_i carry one; the diagonal
+      // and masked ones 0).
+      auto tile_bias = [&](int qd, float& ba, float& bb) {
+        const int64_t c = (k0 >> a.log2_chunk) + qd;
+        ba = 0.0f;
+        bb = 0.0f;
+        if (use_table) {
+          const float* tp = sTable + (it * per_tile + qd) * n_tokens_cta;
+          if (row_a.valid && c < row_a.route.diag) ba = tp[row_a.token_slot];
+          if (row_b.valid && c < row_b.route.diag) bb = tp[row_b.token_slot];
         } else {
-          const uint64_t da = wgmma::desc_sw128(q_group + kQBlockBytes * (kk / 4) + col, 16u, 1024u);
-          wgmma::mma_64x64x16_ss<Element>(s, da, db, kk > 0 ? 1 : 0);
+          const float* ta = kbar_per_tile ? row_bias + (lane / 4) * 4 : stage_bias + row_a.token_slot * 4;
+          const float* tb = kbar_per_tile ? row_bias + (lane / 4 + 8) * 4 : stage_bias + row_b.token_slot * 4;
+          if (row_a.valid && c < row_a.route.diag) ba = ta[qd];
+          if (row_b.valid && c < row_b.route.diag) bb = tb[qd];
+        }
+      };
+      // Logit = fma(s, row_scale, row bias): the raw score with the row's bias (C >= 64: one chunk per tile, two
+      // loads per tile), or, with several chunks per tile, s already turned into the logit (scale 1, bias 0).
+      float row_scale = a.scale_log2, ba = 0.0f, bb = 0.0f;
+      if (bias_on && per_tile == 1) {
+        tile_bias(0, ba, bb);
+      } else if (bias_on) {
+        row_scale = 1.0f;
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+          float ta, tb;
+          // An 8-key n-tile lies inside one chunk (C >= 16).
+          tile_bias((nt * 8) >> a.log2_chunk, ta, tb);
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            s[nt][e] = fmaf(s[nt][e], a.scale_log2, ta);
+            s[nt][2 + e] = fmaf(s[nt][2 + e], a.scale_log2, tb);
+          }
         }
       }
-      wgmma::commit();
-    };
-    auto issue_pv = [&](const Tile& t, const uint32_t (&pa)[4][4]) {
-      // V is MN-major: 64-column blocks kBlockBytes apart, 8-key groups 1024 bytes apart; k-step j = 16 keys.
-      const uint32_t sV_addr = sRing_addr + uint32_t(t.stage) * 2u * kTileBytes + kTileBytes;
-      const uint64_t dv0 = wgmma::desc_sw128(sV_addr, Cfg::kBlockBytes, 1024u);
-      wgmma::fence();
+      if ((keys_a & keys_b) != ~0ull) {  // most tiles are attended whole by both rows
 #pragma unroll
-      for (int j = 0; j < 4; ++j)
-        wgmma::mma_64x128x16_rs<Element>(reinterpret_cast<float(&)[16][4]>(acc_o), pa[j],
-                                         wgmma::desc_advance(dv0, uint32_t(j) * 16u * kKVRowBytes));
-      wgmma::commit();
-    };
-    // The per-tile bias (no table): x = Q k̄^T on mma.sync while the S of the same tile is in flight.
-    Tile cur, nxt;
-    if (acquire(cur)) {
-      if (tid == 0) phase_mark(PhaseKernel::kAttend, 6);
-      float s[8][4] = {};
-      uint32_t pa[4][4];
-      float corr_a, corr_b;
-      issue_s(cur, s);
-      wgmma::wait<0>();
-      online_softmax(s, cur.it, cur.stage, cur.tile, cur.keys_a, cur.keys_b, corr_a, corr_b);
-      rescale_o(corr_a, corr_b);
-      pack_p(s, pa);
-      // (The last P V is issued on its own path: an S issued under a condition would reach the softmax through
-      // a merge of register values, which makes ptxas serialize every wgmma.)
-      while (true) {
-        if (!acquire(nxt)) {
-          issue_pv(cur, pa);
-          wgmma::wait<0>();
-          release_stage(cur.stage);
-          break;
+        for (int nt = 0; nt < 8; ++nt) {
+          const uint32_t wa = uint32_t(keys_a >> (nt * 8 + 2 * t4)), wb = uint32_t(keys_b >> (nt * 8 + 2 * t4));
+          if (!(wa & 1u)) s[nt][0] = -INFINITY;
+          if (!(wa & 2u)) s[nt][1] = -INFINITY;
+          if (!(wb & 1u)) s[nt][2] = -INFINITY;
+          if (!(wb & 2u)) s[nt][3] = -INFINITY;
         }
-        issue_s(nxt, s);
-        issue_pv(cur, pa);
-        wgmma::wait<1>();  // the S of nxt (committed first); the P V of cur may still run
-        online_softmax(s, nxt.it, nxt.stage, nxt.tile, nxt.keys_a, nxt.keys_b, corr_a, corr_b);
-        wgmma::wait<0>();  // P V of cur: O and cur's P registers and stage are free again
-        release_stage(cur.stage);
-        rescale_o(corr_a, corr_b);
-        pack_p(s, pa);
-        cur = nxt;
       }
-    }
-  } else {
-    for (int it = 0; it < n_iter; ++it) {
-      const int stage = it % kStages;
-      const uint32_t parity = uint32_t((it / kStages) & 1);
-      const int64_t tile = cursor.next(sUnion);
-      if (Cfg::kTileSplit && stage != warp) continue;  // another warp's stage
-      // Mask reads first: their latency overlaps the wait for the tile.
-      const uint64_t keys_a = row_tile_keys(row_a.route, words_a, tile, a.chunk, a.log2_chunk, a.dense);
-      const uint64_t keys_b = row_tile_keys(row_b.route, words_b, tile, a.chunk, a.log2_chunk, a.dense);
-      const bool need = __any_sync(0xffffffffu, (keys_a | keys_b) != 0ull);
-      // Every warp waits for the tile, computing or not: a warp may release a stage only after the round it
-      // releases was filled, which keeps exactly one arrival per lane in each phase of the empty barrier.
-      mma::mbar_wait(full_bar + 8u * stage, parity);
-      if (tid == 0 && it == 0) phase_mark(PhaseKernel::kAttend, 6);
-      if (need) {
-        const uint32_t sK_addr = sRing_addr + uint32_t(stage) * 2u * kTileBytes;
-        const uint32_t sV_addr = sK_addr + kTileBytes;
-        // S = Q K^T for this warp's 16 rows and the tile's 64 keys (and x of the per-tile bias).
-        float xb[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        float s[8][4];
+      float mx_a = -INFINITY, mx_b = -INFINITY;
 #pragma unroll
-        for (int i = 0; i < 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
-        if (kbar_per_tile) bias_x(stage, xb);
+      for (int nt = 0; nt < 8; ++nt) {
+        mx_a = fmaxf(mx_a, fmaxf(s[nt][0], s[nt][1]));
+        mx_b = fmaxf(mx_b, fmaxf(s[nt][2], s[nt][3]));
+      }
+      mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
+      mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
+      mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
+      mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
+      // The rows' largest logits (-inf stays -inf: the scale is > 0 and the bias finite).
+      const float new_a = fmaxf(m_a, fmaf(mx_a, row_scale, ba)), new_b = fmaxf(m_b, fmaf(mx_b, row_scale, bb));
+      // A row's first keys move m from -inf: the factor is then 0, and O and l are still 0.
+      corr_a = 1.0f;
+      corr_b = 1.0f;
+      if (new_a > m_a) {
+        corr_a = mma::exp2_approx(m_a - new_a);
+        m_a = new_a;
+      }
+      if (new_b > m_b) {
+        corr_b = mma::exp2_approx(m_b - new_b);
+        m_b = new_b;
+      }
+      // A row that has seen no key yet: subtracting 0 keeps exp2 at 0 instead of NaN.
+      const float off_a = ba - (m_a == -INFINITY ? 0.0f : m_a);
+      const float off_b = bb - (m_b == -INFINITY ? 0.0f : m_b);
+      float sum_a = 0.0f, sum_b = 0.0f;
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+        s[nt][0] = mma::exp2_approx(fmaf(s[nt][0], row_scale, off_a));
+        s[nt][1] = mma::exp2_approx(fmaf(s[nt][1], row_scale, off_a));
+        s[nt][2] = mma::exp2_approx(fmaf(s[nt][2], row_scale, off_b));
+        s[nt][3] = mma::exp2_approx(fmaf(s[nt][3], row_scale, off_b));
+        sum_a += s[nt][0] + s[nt][1];
+        sum_b += s[nt][2] + s[nt][3];
+      }
+      l_a = l_a * corr_a + sum_a;
+      l_b = l_b * corr_b + sum_b;
+    };
+    auto rescale_o = [&](float corr_a, float corr_b) {
+      if (!__any_sync(0xffffffffu, corr_a != 1.0f || corr_b != 1.0f)) return;  // most tiles: m did not move
+#pragma unroll
+      for (int i = 0; i < Cfg::kONTiles; ++i) {
+        acc_o[i][0] *= corr_a;
+        acc_o[i][1] *= corr_a;
+        acc_o[i][2] *= corr_b;
+        acc_o[i][3] *= corr_b;
+      }
+    };
+    // P from the S registers (C layout of n-tiles 2j, 2j+1 = A layout of k-step j).
+    auto pack_p = [&](const float (&s)[8][4], uint32_t (&pa)[4][4]) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        pa[j][0] = mma::pack2<Element>(s[2 * j][0], s[2 * j][1]);
+        pa[j][1] = mma::pack2<Element>(s[2 * j][2], s[2 * j][3]);
+        pa[j][2] = mma::pack2<Element>(s[2 * j + 1][0], s[2 * j + 1][1]);
+        pa[j][3] = mma::pack2<Element>(s[2 * j + 1][2], s[2 * j + 1][3]);
+      }
+    };
+    auto release_stage = [&](int stage) { mma::mbar_arrive(empty_bar + 8u * stage); };
+
+    // Persistent: the consumers release Q and the staging area to the helpers (item k + 1's preparation) as soon
+    // as they hold Q in registers, or else at the item's end.
+    bool prep_released = false;
+    if (use_warpgroups) {
+      // Warpgroup path, software-pipelined over the tiles the warpgroup attends: S = Q K^T of the next tile is
+      // issued before P V of the current one, so the tensor cores work on both while the warps run the next
+      // tile's softmax; O is rescaled only once that P V has completed. A stage is released after its P V.
+      // Tiles none of the warpgroup's rows attend are waited for and released at once (one arrival per lane and
+      // phase, as the producer expects).
+      const uint32_t q_group = sQ_addr + uint32_t(warp / 4) * 64u * 128u;
+      // This warp's 16 rows of Q as the A fragments of every k-step (the A layout of warp w % 4 of its warpgroup
+      // is mma.sync's for rows 16 (w % 4) .. 16 (w % 4) + 15, which q_fragment reads). Never written again, so
+      // the wgmmas that read them need no wait before the registers change.
+      constexpr bool kSFromRegisters = DASHATTN_ATTEND_S_RS != 0;
+      uint32_t qa[kSFromRegisters ? Cfg::kKSteps : 1][4];
+      if constexpr (kSFromRegisters) {
+#pragma unroll
+        for (int kk = 0; kk < Cfg::kKSteps; ++kk) q_fragment(kk, qa[kk]);
+        if constexpr (kPersistent) {
+          mma::mbar_arrive(prep_free_bar);  // (the ldmatrix reads are complete: their registers are in use)
+          prep_released = true;
+        }
+      }
+      struct Tile {
+        int it, stage;
+        int64_t tile;
+        uint64_t keys_a, keys_b;
+      };
+      int next_it = 0;
+      // The record warp's record of each stage (attend_tile_records) says which tile it holds, whether this
+      // warpgroup attends it and the keys of every token: no union walk, mask reads or warpgroup vote here (that
+      // bookkeeping drew about a quarter of the loop's warp samples in Nsight Compute). Tiles the warpgroup does not
+      // attend are waited for and released at once (one arrival per lane and phase, as the producer expects).
+      const int wg_bit = 1 << (warp / 4);
+      auto acquire = [&](Tile& t) {
+        while (next_it < n_iter) {
+          t.it = next_it++;
+          const uint32_t pos = ring_pos + uint32_t(t.it);
+          t.stage = int(pos % kStages);
+          mma::mbar_wait(full_bar + 8u * t.stage, (pos / kStages) & 1u);
+          const unsigned char* meta = sMeta + size_t(t.stage) * Cfg::kMetaStageBytes;
+          if (*reinterpret_cast<const uint32_t*>(meta + 8) & wg_bit) {
+            t.tile = *reinterpret_cast<const int64_t*>(meta);
+            const uint64_t* keys = reinterpret_cast<const uint64_t*>(meta + 16);
+            t.keys_a = row_a.valid ? keys[row_a.token_slot] : 0ull;
+            t.keys_b = row_b.valid ? keys[row_b.token_slot] : 0ull;
+            return true;
+          }
+          release_stage(t.stage);
+        }
+        return false;
+      };
+      auto issue_s = [&](const Tile& t, float (&s)[8][4]) {
+        const uint32_t sK_addr = sRing_addr + uint32_t(t.stage) * 2u * kTileBytes;
+        const uint64_t db0 = wgmma::desc_sw128(sK_addr, 16u, 1024u);
+        wgmma::fence();
 #pragma unroll
         for (int kk = 0; kk < Cfg::kKSteps; ++kk) {
-          uint32_t qa[4];
-          q_fragment(kk, qa);
-#pragma unroll
-          for (int np = 0; np < 4; ++np) {
-            uint32_t b[4];
-            // Key rows 16np + (lane % 8) + 8 * (lane / 16), head-dim columns 16kk + 8 * ((lane / 8) % 2).
-            mma::ldmatrix_x4(b, sK_addr + k_off[kk % 4] + Cfg::kBlockBytes * (kk / 4) + uint32_t(np) * 16u * kKVRowBytes);
-            mma::mma_16816<Element>(s[2 * np], qa, b[0], b[1]);
-            mma::mma_16816<Element>(s[2 * np + 1], qa, b[2], b[3]);
+          // K-major operands; a k-step of 16 columns is 32 bytes into the 128-byte block.
+          const uint32_t col = uint32_t(kk % 4) * 32u;
+          const uint64_t db = wgmma::desc_advance(db0, Cfg::kBlockBytes * (kk / 4) + col);
+          if constexpr (kSFromRegisters) {
+            wgmma::mma_64x64x16_rs<Element>(s, qa[kk], db, kk > 0 ? 1 : 0);
+          } else {
+            const uint64_t da = wgmma::desc_sw128(q_group + kQBlockBytes * (kk / 4) + col, 16u, 1024u);
+            wgmma::mma_64x64x16_ss<Element>(s, da, db, kk > 0 ? 1 : 0);
           }
         }
-        if (kbar_per_tile) consumer_bias(xb);
+        wgmma::commit();
+      };
+      auto issue_pv = [&](const Tile& t, const uint32_t (&pa)[4][4]) {
+        // V is MN-major: 64-column blocks kBlockBytes apart, 8-key groups 1024 bytes apart; k-step j = 16 keys.
+        const uint32_t sV_addr = sRing_addr + uint32_t(t.stage) * 2u * kTileBytes + kTileBytes;
+        const uint64_t dv0 = wgmma::desc_sw128(sV_addr, Cfg::kBlockBytes, 1024u);
+        wgmma::fence();
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          wgmma::mma_64x128x16_rs<Element>(reinterpret_cast<float(&)[16][4]>(acc_o), pa[j],
+                                           wgmma::desc_advance(dv0, uint32_t(j) * 16u * kKVRowBytes));
+        wgmma::commit();
+      };
+      // The per-tile bias (no table): x = Q k̄^T on mma.sync while the S of the same tile is in flight.
+      Tile cur, nxt;
+      if (acquire(cur)) {
+        if (tid == 0) phase_mark(PhaseKernel::kAttend, 6);
+        float s[8][4] = {};
+        uint32_t pa[4][4];
         float corr_a, corr_b;
-        online_softmax(s, it, stage, tile, keys_a, keys_b, corr_a, corr_b);
+        issue_s(cur, s);
+        wgmma::wait<0>();
+        online_softmax(s, cur.it, cur.stage, cur.tile, cur.keys_a, cur.keys_b, corr_a, corr_b);
         rescale_o(corr_a, corr_b);
-        // O += P V.
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          uint32_t pa[4];
-          pa[0] = mma::pack2<Element>(s[2 * j][0], s[2 * j][1]);
-          pa[1] = mma::pack2<Element>(s[2 * j][2], s[2 * j][3]);
-          pa[2] = mma::pack2<Element>(s[2 * j + 1][0], s[2 * j + 1][1]);
-          pa[3] = mma::pack2<Element>(s[2 * j + 1][2], s[2 * j + 1][3]);
-#pragma unroll
-          for (int dp = 0; dp < D / 16; ++dp) {
-            uint32_t b[4];
-            // Key rows 16j + (lane % 8) + 8 * ((lane / 8) % 2), head-dim columns 16dp + 8 * (lane / 16).
-            mma::ldmatrix_x4_trans(b, sV_addr + v_off[dp % 4] + Cfg::kBlockBytes * (dp / 4) +
-                                          uint32_t(j) * 16u * kKVRowBytes);
-            mma::mma_16816<Element>(acc_o[2 * dp], pa, b[0], b[1]);
-            mma::mma_16816<Element>(acc_o[2 * dp + 1], pa, b[2], b[3]);
+        pack_p(s, pa);
+        // (The last P V is issued on its own path: an S issued under a condition would reach the softmax through
+        // a merge of register values, which makes ptxas serialize every wgmma.)
+        while (true) {
+          if (!acquire(nxt)) {
+            issue_pv(cur, pa);
+            wgmma::wait<0>();
+            release_stage(cur.stage);
+            break;
           }
+          issue_s(nxt, s);
+          issue_pv(cur, pa);
+          wgmma::wait<1>();  // the S of nxt (committed first); the P V of cur may still run
+          online_softmax(s, nxt.it, nxt.stage, nxt.tile, nxt.keys_a, nxt.keys_b, corr_a, corr_b);
+          wgmma::wait<0>();  // P V of cur: O and cur's P registers and stage are free again
+          release_stage(cur.stage);
+          rescale_o(corr_a, corr_b);
+          pack_p(s, pa);
+          cur = nxt;
         }
       }
-      release_stage(stage);
+    } else {
+      for (int it = 0; it < n_iter; ++it) {
+        const uint32_t pos = ring_pos + uint32_t(it);
+        const int stage = int(pos % kStages);
+        const uint32_t parity = (pos / kStages) & 1u;
+        const int64_t tile = cursor.next(sUnion);
+        if (Cfg::kTileSplit && stage != warp) continue;  // another warp's stage
+        // Mask reads first: their latency overlaps the wait for the tile.
+        const uint64_t keys_a = row_tile_keys(row_a.route, words_a, tile, a.chunk, a.log2_chunk, a.dense);
+        const uint64_t keys_b = row_tile_keys(row_b.route, words_b, tile, a.chunk, a.log2_chunk, a.dense);
+        const bool need = __any_sync(0xffffffffu, (keys_a | keys_b) != 0ull);
+        // Every warp waits for the tile, computing or not: a warp may release a stage only after the round it
+        // releases was filled, which keeps exactly one arrival per lane in each phase of the empty barrier.
+        mma::mbar_wait(full_bar + 8u * stage, parity);
+        if (tid == 0 && it == 0) phase_mark(PhaseKernel::kAttend, 6);
+        if (need) {
+          const uint32_t sK_addr = sRing_addr + uint32_t(stage) * 2u * kTileBytes;
+          const uint32_t sV_addr = sK_addr + kTileBytes;
+          // S = Q K^T for this warp's 16 rows and the tile's 64 keys (and x of the per-tile bias).
+          float xb[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+          float s[8][4];
+#pragma unroll
+          for (int i = 0; i < 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+          if (kbar_per_tile) bias_x(stage, xb);
+#pragma unroll
+          for (int kk = 0; kk < Cfg::kKSteps; ++kk) {
+            uint32_t qa[4];
+            q_fragment(kk, qa);
+#pragma unroll
+            for (int np = 0; np < 4; ++np) {
+              uint32_t b[4];
+              // Key rows 16np + (lane % 8) + 8 * (lane / 16), head-dim columns 16kk + 8 * ((lane / 8) % 2).
+              mma::ldmatrix_x4(b, sK_addr + k_off[kk % 4] + Cfg::kBlockBytes * (kk / 4) +
+                                      uint32_t(np) * 16u * kKVRowBytes);
+              mma::mma_16816<Element>(s[2 * np], qa, b[0], b[1]);
+              mma::mma_16816<Element>(s[2 * np + 1], qa, b[2], b[3]);
+            }
+          }
+          if (kbar_per_tile) consumer_bias(xb);
+          float corr_a, corr_b;
+          online_softmax(s, it, stage, tile, keys_a, keys_b, corr_a, corr_b);
+          rescale_o(corr_a, corr_b);
+          // O += P V.
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            uint32_t pa[4];
+            pa[0] = mma::pack2<Element>(s[2 * j][0], s[2 * j][1]);
+            pa[1] = mma::pack2<Element>(s[2 * j][2], s[2 * j][3]);
+            pa[2] = mma::pack2<Element>(s[2 * j + 1][0], s[2 * j + 1][1]);
+            pa[3] = mma::pack2<Element>(s[2 * j + 1][2], s[2 * j + 1][3]);
+#pragma unroll
+            for (int dp = 0; dp < D / 16; ++dp) {
+              uint32_t b[4];
+              // Key rows 16j + (lane % 8) + 8 * ((lane / 8) % 2), head-dim columns 16dp + 8 * (lane / 16).
+              mma::ldmatrix_x4_trans(b, sV_addr + v_off[dp % 4] + Cfg::kBlockBytes * (dp / 4) +
+                                            uint32_t(j) * 16u * kKVRowBytes);
+              mma::mma_16816<Element>(acc_o[2 * dp], pa, b[0], b[1]);
+              mma::mma_16816<Element>(acc_o[2 * dp + 1], pa, b[2], b[3]);
+            }
+          }
+        }
+        release_stage(stage);
+      }
     }
-  }
+    if constexpr (kPersistent) {
+      if (!prep_released) mma::mbar_arrive(prep_free_bar);
+      mma::mbar_arrive(union_free_bar + 8u * buf);  // done with the union, counts and tau / mu of buffer buf
+      ring_pos += uint32_t(n_iter);
+    }
 
-  if (tid == 0) phase_mark(PhaseKernel::kAttend, 7);
-  // Epilogue: finish the row sums across the quad, normalize, write o and lse (or the split partials).
-  l_a += __shfl_xor_sync(0xffffffffu, l_a, 1);
-  l_a += __shfl_xor_sync(0xffffffffu, l_a, 2);
-  l_b += __shfl_xor_sync(0xffffffffu, l_b, 1);
-  l_b += __shfl_xor_sync(0xffffffffu, l_b, 2);
-  if constexpr (Cfg::kTileSplit) {
-    // Warp 0 merges every warp's state (warp order) and writes the rows; the others are done.
-    if (!merge_warp_states<Cfg>(acc_o, m_a, m_b, l_a, l_b, reinterpret_cast<float*>(sRing), warp, lane)) return;
-  }
-  const float inv_a = l_a > 0.0f ? 1.0f / l_a : 0.0f;
-  const float inv_b = l_b > 0.0f ? 1.0f / l_b : 0.0f;
-  constexpr float kLn2 = 0.6931471805599453f;
-  const float lse_a = l_a > 0.0f ? (m_a + log2f(l_a)) * kLn2 : -INFINITY;
-  const float lse_b = l_b > 0.0f ? (m_b + log2f(l_b)) * kLn2 : -INFINITY;
-  int token_a, head_a, token_b, head_b;
-  split_row(slab_row + lane / 4, token_a, head_a);
-  split_row(slab_row + lane / 4 + 8, token_b, head_b);
-  write_output_row<Cfg>(a, sp, seq, split, kv_head, first_token + token_a, head_a, row_a.valid, t4, 0, inv_a, lse_a,
-                        acc_o);
-  write_output_row<Cfg>(a, sp, seq, split, kv_head, first_token + token_b, head_b, row_b.valid, t4, 1, inv_b, lse_b,
-                        acc_o);
-  if (tid == 0)
+    if (tid == 0) phase_mark(PhaseKernel::kAttend, 7);
+    // Epilogue: finish the row sums across the quad, normalize, write o and lse (or the split partials).
+    l_a += __shfl_xor_sync(0xffffffffu, l_a, 1);
+    l_a += __shfl_xor_sync(0xffffffffu, l_a, 2);
+    l_b += __shfl_xor_sync(0xffffffffu, l_b, 1);
+    l_b += __shfl_xor_sync(0xffffffffu, l_b, 2);
+    if constexpr (Cfg::kTileSplit) {
+      // Warp 0 merges every warp's state (warp order) and writes the rows; the others are done.
+      if (!merge_warp_states<Cfg>(acc_o, m_a, m_b, l_a, l_b, reinterpret_cast<float*>(sRing), warp, lane)) return;
+    }
+    const float inv_a = l_a > 0.0f ? 1.0f / l_a : 0.0f;
+    const float inv_b = l_b > 0.0f ? 1.0f / l_b : 0.0f;
+    constexpr float kLn2 = 0.6931471805599453f;
+    const float lse_a = l_a > 0.0f ? (m_a + log2f(l_a)) * kLn2 : -INFINITY;
+    const float lse_b = l_b > 0.0f ? (m_b + log2f(l_b)) * kLn2 : -INFINITY;
+    int token_a, head_a, token_b, head_b;
+    split_row(slab_row + lane / 4, token_a, head_a);
+    split_row(slab_row + lane / 4 + 8, token_b, head_b);
+    write_output_row<Cfg>(a, sp, seq, split, kv_head, first_token + token_a, head_a, row_a.valid, t4, 0, inv_a, lse_a,
+                          acc_o);
+    write_output_row<Cfg>(a, sp, seq, split, kv_head, first_token + token_b, head_b, row_b.valid, t4, 1, inv_b, lse_b,
+                          acc_o);
+  }  // items
+  if (!kPersistent && tid == 0)
     phase_finish(PhaseKernel::kAttend,
                  "attend: entry / union / counts / tau-mu / first x / table / first tile / loop / written");
 }

@@ -16,7 +16,8 @@ namespace dashattn::cuda {
 // Walks tiles of rank tile_start.. (cursor) for n_iter steps; kbar_per_tile / producer_table say which bias data
 // the consumers expect with each tile. One arrival per lane and phase on the stage's full barrier. Step
 // ring_free_from (if reached) first waits for ring_free_bar: its stage and the later ones held the bias table's
-// staged k̄ columns.
+// staged k̄ columns. ring_pos: the ring's fills before this walk (the persistent kernel's earlier items), which
+// sets the first stage and the barriers' parities.
 template <class Cfg>
 __device__ __forceinline__ void attend_produce(const AttendArgs& a, const SequenceSpan& sp, int seq, int kv_head,
                                                int lane, TileCursor cursor, int n_iter, int64_t first_token,
@@ -25,7 +26,7 @@ __device__ __forceinline__ void attend_produce(const AttendArgs& a, const Sequen
                                                typename Cfg::Element* sRing, unsigned char* sKbar, float* sBias,
                                                const uint32_t* sUnion, const CUtensorMap& tmap_k,
                                                const CUtensorMap& tmap_v, int ring_free_from,
-                                               uint32_t ring_free_bar) {
+                                               uint32_t ring_free_bar, uint32_t ring_pos = 0) {
   using Element = typename Cfg::Element;
   constexpr int D = Cfg::kHeadDim;
   constexpr int kStages = Cfg::kStages;
@@ -40,9 +41,10 @@ __device__ __forceinline__ void attend_produce(const AttendArgs& a, const Sequen
   const Element* vbase = static_cast<const Element*>(a.v.data) + a.v.offset(sp.batch_index, sp.k_begin, kv_head);
   const int64_t k_row_stride = a.k.stride[1], v_row_stride = a.v.stride[1];
   for (int it = 0; it < n_iter; ++it) {
-    const int stage = it % kStages;
+    const uint32_t pos = ring_pos + uint32_t(it);  // fills of the ring so far (the persistent kernel's run on)
+    const int stage = int(pos % kStages);
     const uint32_t fb = full_bar + 8u * stage;
-    if (it >= kStages) mma::mbar_wait(empty_bar + 8u * stage, uint32_t((it / kStages - 1) & 1));
+    if (pos >= uint32_t(kStages)) mma::mbar_wait(empty_bar + 8u * stage, (pos / kStages - 1) & 1u);
     if (it == ring_free_from) {
       // Stages from here on held the bias table's k̄ columns: wait until every consumer lane is done with them,
       // then order those reads (generic proxy) before the copies' writes (async proxy).
@@ -161,9 +163,12 @@ template <class Cfg>
 __device__ __forceinline__ void attend_tile_records(const AttendArgs& a, const SequenceSpan& sp, int kv_head, int lane,
                                                     TileCursor cursor, int n_iter, int64_t row0, int64_t first_token,
                                                     int n_tokens, uint32_t full_bar, uint32_t empty_bar,
-                                                    unsigned char* sMeta, const uint32_t* sUnion) {
+                                                    unsigned char* sMeta, const uint32_t* sUnion,
+                                                    uint32_t ring_pos = 0, bool write = true) {
   constexpr int kStages = Cfg::kStages;
-  const bool own_slot = lane < n_tokens;
+  // write = false (the persistent kernel's items on the per-warp path, which read no records): only the arrivals
+  // that keep the full barriers' phases.
+  const bool own_slot = write && lane < n_tokens;
   RowRouting own{nullptr, -1, 0};
   MaskWordCache own_words;
   uint32_t own_wg = 0u;
@@ -172,11 +177,12 @@ __device__ __forceinline__ void attend_tile_records(const AttendArgs& a, const S
     own_wg = token_warpgroups<Cfg>(first_token + lane, row0, a.group);
   }
   for (int it = 0; it < n_iter; ++it) {
-    const int stage = it % kStages;
+    const uint32_t pos = ring_pos + uint32_t(it);
+    const int stage = int(pos % kStages);
     const int64_t tile = cursor.next(sUnion);
     const uint64_t own_keys = own_slot ? row_tile_keys(own, own_words, tile, a.chunk, a.log2_chunk, a.dense) : 0ull;
-    if (it >= kStages) mma::mbar_wait(empty_bar + 8u * stage, uint32_t((it / kStages - 1) & 1));
-    {
+    if (pos >= uint32_t(kStages)) mma::mbar_wait(empty_bar + 8u * stage, (pos / kStages - 1) & 1u);
+    if (write) {
       unsigned char* meta = sMeta + size_t(stage) * Cfg::kMetaStageBytes;
       uint64_t* keys = reinterpret_cast<uint64_t*>(meta + 16);
       uint32_t need = own_keys != 0ull ? own_wg : 0u;

@@ -28,8 +28,9 @@ inline int device_smem_optin() {
   return optin;
 }
 
+// max_ctas: the persistent kernel's grid (0: one CTA per SM); ignored by the other tilings.
 template <class Cfg>
-void launch_attend_instance(AttendArgs args, bool allow_tma, cudaStream_t stream) {
+void launch_attend_instance(AttendArgs args, bool allow_tma, cudaStream_t stream, int max_ctas = 0) {
   const int64_t rows = args.batch.padded_n_q * args.group;
   const int64_t m_blocks = ceil_div(rows, Cfg::kRows);
   const int64_t union_words = ceil_div(ceil_div(args.batch.padded_n_k, kTileKeys), 32) + 1;
@@ -42,7 +43,7 @@ void launch_attend_instance(AttendArgs args, bool allow_tma, cudaStream_t stream
     if (args.allow_bias_table) {
       // One float per (union tile, chunk of the tile, token of the CTA); the decode tiling keeps its
       // CTAs per SM and takes at most 4 KB, the wide tilings (one CTA per SM) what shared memory has left.
-      const size_t offset = Cfg::kFixedBytes + ((size_t(union_words) * 4 + 15) & ~size_t(15));
+      const size_t offset = Cfg::kFixedBytes + Cfg::union_bytes(int(union_words));
       const int64_t per_tile = args.chunk >= kTileKeys ? 1 : kTileKeys / args.chunk;
       const int64_t want = ceil_div(args.batch.padded_n_k, kTileKeys) * per_tile * (Cfg::kRows / args.group);
       const int64_t room = (int64_t(optin) - 1024 - int64_t(offset)) / 4;
@@ -73,7 +74,16 @@ void launch_attend_instance(AttendArgs args, bool allow_tma, cudaStream_t stream
   constexpr DType kDType = ElementTraits<typename Cfg::Element>::kDType;
   args.use_tma = allow_tma && major >= 9 && make_kv_tensor_map(args.k, kDType, Cfg::kHeadDim, &tmap_k) &&
                  make_kv_tensor_map(args.v, kDType, Cfg::kHeadDim, &tmap_v);
-  const dim3 grid(unsigned(m_blocks), unsigned(heads), unsigned(args.num_splits));
+  dim3 grid(unsigned(m_blocks), unsigned(heads), unsigned(args.num_splits));
+  if constexpr (Cfg::kPersistent) {
+    // One CTA per SM (the shared memory allows no more), each walking items (row block, sequence x KV head).
+    int sms = 0;
+    DASHATTN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    const int64_t ctas = std::min<int64_t>(m_blocks * heads, max_ctas > 0 ? max_ctas : sms);
+    grid = dim3(unsigned(std::max<int64_t>(ctas, 1)), 1u, 1u);
+    if (args.item_counter != nullptr)
+      DASHATTN_CUDA_CHECK(cudaMemsetAsync(args.item_counter, 0, sizeof(unsigned long long), stream));
+  }
   attend_kernel<Cfg><<<grid, Cfg::kThreads, smem, stream>>>(args, tmap_k, tmap_v);
   DASHATTN_CUDA_CHECK_LAUNCH();
   if (args.num_splits > 1) {
@@ -86,9 +96,11 @@ void launch_attend_instance(AttendArgs args, bool allow_tma, cudaStream_t stream
 }
 
 template <class Cfg>
-void launch_attend_config(const AttendArgs& args, bool allow_tma, cudaStream_t stream) {
-  if (bias_in_consumers(args)) launch_attend_instance<typename Cfg::WithConsumerBias>(args, allow_tma, stream);
-  else launch_attend_instance<Cfg>(args, allow_tma, stream);
+void launch_attend_config(const AttendArgs& args, bool allow_tma, cudaStream_t stream, int max_ctas = 0) {
+  if (bias_in_consumers(args))
+    launch_attend_instance<typename Cfg::WithConsumerBias>(args, allow_tma, stream, max_ctas);
+  else
+    launch_attend_instance<Cfg>(args, allow_tma, stream, max_ctas);
 }
 
 template <int kHeadDim, typename Element>
@@ -119,6 +131,14 @@ void run_attend(const AttendArgs& args_in, const AttendPlan& plan, cudaStream_t 
       DASHATTN_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
       if (major >= 9) {
         using Wide = AttendConfig<kHeadDim, Element, 8, 4, true>;
+        // The persistent form of the 4-stage tiling where it applies (no key split, shared memory for its
+        // second union and staging area).
+        using Persistent = AttendConfig<kHeadDim, Element, 8, 4, true, false, false, true>;
+        if (plan.persistent && args.num_splits == 1 && plan.stages != 3 &&
+            config_smem_bytes<Persistent>(args) <= size_t(device_smem_optin())) {
+          launch_attend_config<Persistent>(args, plan.tma, stream, plan.persistent_ctas);
+          return;
+        }
         if (plan.stages == 3 || config_smem_bytes<Wide>(args) > size_t(device_smem_optin()))
           launch_attend_config<AttendConfig<kHeadDim, Element, 8, 3, true>>(args, plan.tma, stream);
         else

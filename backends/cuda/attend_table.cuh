@@ -34,9 +34,72 @@ struct TableFill {
   const uint32_t* sUnion;
   unsigned char* sRing;
   float* sTable;
-  bool stage_kbar;         // stage the k̄ columns in the ring (the wide tilings)
-  uint32_t ring_free_bar;  // where the consumer lanes release the ring to the producer
+  bool stage_kbar;         // stage the k̄ columns in shared memory (the wide tilings)
+  uint32_t ring_free_bar;  // where the consumer lanes release the ring to the producer (0: staged elsewhere)
+  // The persistent kernel stages in its own area (kPrepStagedCols columns), where the helper warps have already
+  // copied the first round; null: the ring's last stages, every round copied here.
+  unsigned char* staging = nullptr;
 };
+
+// The (tile, chunk) pairs of a union in order, 8 per n-tile: column(p0) gives lane column lane / 4 of the n-tile
+// of pairs p0 .. p0 + 7 its chunk (-1 past the pairs). Calls come with ascending p0 (multiples of 8); the
+// n-tiles between two calls are stepped over. Each lane selects its tile's bit directly instead of the warp
+// stepping a cursor pair by pair, which with its per-pair modulo was the table fill's hottest loop.
+struct PairColumns {
+  TileCursor pc;  // at the first tile of n-tile `at`
+  const uint32_t* sUnion;
+  int n_pairs, per_tile, log2_chunk;
+  int at = 0;
+  __device__ __forceinline__ PairColumns(TileCursor cursor, const uint32_t* words, int pairs, int tile_chunks,
+                                         int log2_c)
+      : pc(cursor), sUnion(words), n_pairs(pairs), per_tile(tile_chunks), log2_chunk(log2_c) {}
+  __device__ __forceinline__ int64_t take(int p0, int lane) {
+    // per_tile is 1, 2 or 4 and divides 8, so an n-tile's 8 pairs start on a tile: pairs p0 .. p0 + 7 are the
+    // tiles of ranks p0 / per_tile .., the next ones under the cursor.
+    const int log2_per_tile = per_tile == 1 ? 0 : (per_tile == 2 ? 1 : 2);
+    int64_t my_c = -1;
+    const int pairs = ::min(8, n_pairs - p0);
+    const int p = lane / 4;
+    if (p < pairs) {
+      TileCursor lc = pc;
+      const int bit = lc.select(sUnion, p >> log2_per_tile);
+      my_c = (((int64_t(lc.word) * 32 + bit) * kTileKeys) >> log2_chunk) + (p & (per_tile - 1));
+    }
+    // Past the n-tile's tiles: the cursor at the first tile of the next n-tile.
+    const int last = pc.select(sUnion, ((pairs + per_tile - 1) >> log2_per_tile) - 1);
+    pc.bits &= ~((2u << last) - 1u);  // (2u << 31 wraps to 0: all bits cleared)
+    return my_c;
+  }
+  __device__ __forceinline__ int64_t column(int p0, int lane) {
+    for (; at < p0 && at < n_pairs; at += 8) (void)take(at, lane);
+    at = p0 + 8;
+    return p0 < n_pairs ? take(p0, lane) : -1;
+  }
+};
+
+// Copies the k̄ columns of pairs base .. base + round_pairs - 1 (n-tiles first, first + step, ... from base; a
+// lane a quarter column) into staging (272-byte rows, column p - base), with cp.async (committed, not waited).
+template <class Cfg>
+__device__ __forceinline__ void copy_kbar_columns(const AttendArgs& a, const SequenceSpan& sp, int seq, int kv_head,
+                                                  PairColumns& cols, int base, int round_pairs, int first, int step,
+                                                  int lane, unsigned char* staging) {
+  using Element = typename Cfg::Element;
+  constexpr int D = Cfg::kHeadDim;
+  constexpr int kColBytes = Cfg::kKbarColBytes;
+  const Element* summ = static_cast<const Element*>(a.summaries.data);
+  const int64_t n_complete = sp.n_k >> a.log2_chunk;
+  const int t4 = lane % 4;
+  for (int p0 = base + first; p0 < base + round_pairs; p0 += step) {
+    const int64_t my_c = cols.column(p0, lane);
+    const bool ok = my_c >= 0 && my_c < n_complete;
+    const Element* src = summ + (ok ? a.summaries.offset(seq, my_c, kv_head) : 0);
+    unsigned char* dst = staging + size_t(p0 - base + lane / 4) * kColBytes;
+#pragma unroll
+    for (int i = 0; i < D / 32; ++i)  // 16-byte pieces t4, t4 + 4, ... of the column
+      mma::cp_async_16(dst + (t4 + 4 * i) * 16, src + (t4 + 4 * i) * 8, ok ? 16 : 0);
+  }
+  mma::cp_async_commit();
+}
 
 // q_fragment(kk, qa): the A fragment of k-step kk of the warp's Q rows; group_bias(x, ba0, ba1, bb0, bb1): the
 // bias of the thread's two rows from x, in two steps: group_sums(x, sa0, sa1, sb0, sb1), then row_a_bias(sum), the
@@ -46,7 +109,6 @@ __device__ __forceinline__ void fill_bias_table(const TableFill& f, QFragment&& 
                                                 GroupSums&& group_sums, RowBias&& row_a_bias,
                                                 ConsumersSync&& consumers_sync) {
   using Element = typename Cfg::Element;
-  constexpr int D = Cfg::kHeadDim;
   constexpr int kColBytes = Cfg::kKbarColBytes;
   constexpr size_t kStageBytes = 2 * size_t(Cfg::kTileBytes);
   const AttendArgs& a = f.a;
@@ -61,34 +123,17 @@ __device__ __forceinline__ void fill_bias_table(const TableFill& f, QFragment&& 
   const bool stage_kbar = f.stage_kbar;
   const uint32_t ring_free_bar = f.ring_free_bar;
   // The columns go to the ring's last stages (all of them when the table needs rounds): the producer meanwhile
-  // fills the first ones, so that the first tiles wait in the ring when the table is done.
+  // fills the first ones, so that the first tiles wait in the ring when the table is done. The persistent kernel
+  // has a staging area of its own, whose first round the helper warps have filled.
+  const bool prestaged = f.staging != nullptr;
   const int staging_stages = Cfg::kbar_staging_stages(n_pairs);
-  unsigned char* sRing = f.sRing + size_t(Cfg::kStages - staging_stages) * kStageBytes;
-  const int kStagedCols = int(size_t(staging_stages) * kStageBytes / kColBytes) / 8 * 8;
+  unsigned char* sRing = prestaged ? f.staging : f.sRing + size_t(Cfg::kStages - staging_stages) * kStageBytes;
+  const int kStagedCols =
+      prestaged ? Cfg::kPrepStagedCols : int(size_t(staging_stages) * kStageBytes / kColBytes) / 8 * 8;
   const Element* summ = static_cast<const Element*>(a.summaries.data);
   const int64_t n_complete = sp.n_k >> a.log2_chunk;
   const bool writer = (lane / 4) % g == 0;  // the first row of its token (g divides 8, or row 0 with g = 16)
-  TileCursor pc = f.cursor;
-  // per_tile is 1, 2 or 4 and divides 8, so an n-tile's 8 pairs start on a tile: pairs p0 .. p0 + 7 are the
-  // tiles of ranks p0 / per_tile .., the next ones under the cursor.
-  const int log2_per_tile = per_tile == 1 ? 0 : (per_tile == 2 ? 1 : 2);
-  // Chunk of this lane's column (pair p0 + lane / 4) of the n-tile starting at pair p0 (pairs come in order;
-  // the cursor then moves past the n-tile's tiles). Each lane selects its tile's bit directly instead of the
-  // warp stepping the cursor pair by pair, which with its per-pair modulo was the table fill's hottest loop.
-  auto column_chunk = [&](int p0) {
-    int64_t my_c = -1;
-    const int pairs = ::min(8, n_pairs - p0);
-    const int p = lane / 4;
-    if (p < pairs) {
-      TileCursor lc = pc;
-      const int bit = lc.select(sUnion, p >> log2_per_tile);
-      my_c = (((int64_t(lc.word) * 32 + bit) * kTileKeys) >> a.log2_chunk) + (p & (per_tile - 1));
-    }
-    // Past the n-tile's tiles: the cursor at the first tile of the next n-tile.
-    const int last = pc.select(sUnion, ((pairs + per_tile - 1) >> log2_per_tile) - 1);
-    pc.bits &= ~((2u << last) - 1u);  // (2u << 31 wraps to 0: all bits cleared)
-    return my_c;
-  };
+  PairColumns cols(f.cursor, sUnion, n_pairs, per_tile, a.log2_chunk);
   auto load_column = [&](int64_t my_c, uint32_t (&kbf)[Cfg::kKSteps][2]) {
     const bool ok = my_c >= 0 && my_c < n_complete;
     const uint32_t* kp =
@@ -104,9 +149,6 @@ __device__ __forceinline__ void fill_bias_table(const TableFill& f, QFragment&& 
   // walks the cursor through all of them).
   const int step = Cfg::kTileSplit ? 8 * Cfg::kWarps : 8;
   const int first = Cfg::kTileSplit ? 8 * warp : 0;
-  auto skip_to = [&](int p_from, int p_to) {
-    for (int p = p_from; p < p_to && p < n_pairs; p += 8) (void)column_chunk(p);
-  };
   // x = Q k̄^T of the n-tiles u = 0 .. N - 1 of xs[N][4] (pairs p0 + 8 u .. p0 + 8 u + 7) for this thread's two rows,
   // with the B fragment of n-tile u at k-step kk from b_frag(u, kk, b0, b1), k-step by k-step: one Q fragment per
   // k-step serves all n-tiles, whose MMA chains are then in flight together (one n-tile at a time, the fill was
@@ -148,28 +190,18 @@ __device__ __forceinline__ void fill_bias_table(const TableFill& f, QFragment&& 
     // Rounds of up to kStagedCols columns: warp w copies n-tiles w, w + kWarps, ... of the round; then every
     // warp builds its own rows' entries for all of them from shared memory.
     const uint32_t* staged = reinterpret_cast<const uint32_t*>(sRing);
-    int pc_at = 0;  // the pair (a multiple of 8) under the cursor
     for (int base = 0; base < n_pairs; base += kStagedCols) {
       const int round_pairs = ::min(kStagedCols, n_pairs - base);
       if (base > 0) {  // every warp is done with the previous round's columns (reconverged after the writes)
         __syncwarp();
         consumers_sync();
       }
-      for (int p0 = base + 8 * warp; p0 < base + round_pairs; p0 += 8 * Cfg::kWarps) {
-        skip_to(pc_at, p0);
-        pc_at = p0 + 8;
-        const int64_t my_c = column_chunk(p0);
-        const bool ok = my_c >= 0 && my_c < n_complete;
-        const Element* src = summ + (ok ? a.summaries.offset(seq, my_c, kv_head) : 0);
-        unsigned char* dst = reinterpret_cast<unsigned char*>(sRing) + size_t(p0 - base + lane / 4) * kColBytes;
-#pragma unroll
-        for (int i = 0; i < D / 32; ++i)  // 16-byte pieces t4, t4 + 4, ... of the column
-          mma::cp_async_16(dst + (t4 + 4 * i) * 16, src + (t4 + 4 * i) * 8, ok ? 16 : 0);
+      if (base > 0 || !prestaged) {
+        copy_kbar_columns<Cfg>(a, sp, seq, kv_head, cols, base, round_pairs, 8 * warp, 8 * Cfg::kWarps, lane, sRing);
+        mma::cp_async_wait<0>();
+        __syncwarp();
+        consumers_sync();  // every warp's columns are in
       }
-      mma::cp_async_commit();
-      mma::cp_async_wait<0>();
-      __syncwarp();
-      consumers_sync();  // every warp's columns are in
       if (g == 16) {
         // A warp's 16 rows are one token, and after the group sums every lane holds the sums of its two columns:
         // four n-tiles' 32 sums go to one lane each (lane L: pair p0 + L), so that one logarithm per lane makes
@@ -214,14 +246,12 @@ __device__ __forceinline__ void fill_bias_table(const TableFill& f, QFragment&& 
     // The ring goes to the producer: each lane's arrival releases its own reads of the staged columns (an
     // mbarrier, as for the ring's stages; a named barrier between the two roles was not racecheck-clean). Each
     // warp reads only its own rows' entries of the table.
-    mma::mbar_arrive(ring_free_bar);
+    if (ring_free_bar != 0u) mma::mbar_arrive(ring_free_bar);
   } else {
     uint32_t kbf[Cfg::kKSteps][2], kbf_next[Cfg::kKSteps][2] = {};
-    skip_to(0, first);
-    if (first < n_pairs) load_column(column_chunk(first), kbf);
+    if (first < n_pairs) load_column(cols.column(first, lane), kbf);
     for (int p0 = first; p0 < n_pairs; p0 += step) {
-      skip_to(p0 + 8, p0 + step);
-      if (p0 + step < n_pairs) load_column(column_chunk(p0 + step), kbf_next);
+      if (p0 + step < n_pairs) load_column(cols.column(p0 + step, lane), kbf_next);
       write_entries(p0, [&](int kk, uint32_t& b0, uint32_t& b1) {
         b0 = kbf[kk][0];
         b1 = kbf[kk][1];

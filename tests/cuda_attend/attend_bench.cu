@@ -219,9 +219,14 @@ void run_profile_cases() {
   cuda::AttendPlan plan;
   plan.warps = 8;
   plan.num_splits = 1;
-  const float t0 = time_config(st, q, k, v, o, mask, false, plan, nullptr, 1);
-  const float t1 = time_config(st, q, k, v, o, mask, false, plan, nullptr, 1, &bias);
-  std::printf("profile cases (32K, per query chunk, 75 %%): no bias %.3f ms, bias %.3f ms\n", t0, t1);
+  // The persistent kernel, then the default (one row block per CTA).
+  for (const bool persistent : {true, false}) {
+    plan.persistent = persistent;
+    const float t0 = time_config(st, q, k, v, o, mask, false, plan, nullptr, 1);
+    const float t1 = time_config(st, q, k, v, o, mask, false, plan, nullptr, 1, &bias);
+    std::printf("profile cases (32K, per query chunk, 75 %%, %s): no bias %.3f ms, bias %.3f ms\n",
+                persistent ? "persistent" : "one item per CTA", t0, t1);
+  }
   for (void* p : {q, k, v, o, static_cast<void*>(mask), bias.summaries, static_cast<void*>(bias.tau),
                   static_cast<void*>(bias.mu)})
     CK(cudaFree(p));
@@ -268,10 +273,20 @@ void run_benchmark(int max_n_k_thousands) {
     bool long_too;  // also at the longer lengths
     int stages = 0;  // 0: the launcher's choice
     bool bias_table = true;  // false: bias per tile by the consumers
+    bool persistent = false;  // true: the persistent kernel (the d = 128 warpgroup tiling)
+    int persistent_ctas = 0;  // its grid (0: one CTA per SM; 1 << 30: a CTA per item, no overlap)
   };
   // "w8" is the default d = 128 tiling: 8 consumer warps, warpgroup MMA where the CTA's tokens share their tiles.
-  const Variant variants[] = {{"w8 auto", 8, true, false, true},       {"tma w7", 7, true, false, true},
-                              {"w8 auto bias", 8, true, true, true},   {"w8 bias/tile", 8, true, true, false, 0, false},
+  // "persistent": the same tiling as the persistent kernel; "pers/item": that kernel with a CTA per item (its
+  // code without the overlap of items).
+  const Variant variants[] = {{"w8 auto", 8, true, false, true},
+                              {"w8 persistent", 8, true, false, true, 0, true, true},
+                              {"w8 pers/item", 8, true, false, true, 0, true, true, 1 << 30},
+                              {"tma w7", 7, true, false, true},
+                              {"w8 auto bias", 8, true, true, true},
+                              {"w8 bias persistent", 8, true, true, true, 0, true, true},
+                              {"w8 bias pers/item", 8, true, true, true, 0, true, true, 1 << 30},
+                              {"w8 bias/tile", 8, true, true, false, 0, false},
                               {"tma w7 bias", 7, true, true, false},
                               {"w7 bias/tile", 7, true, true, false, 0, false}, {"tma w1", 1, true, false, false}};
   std::printf("\nprefill b=1 h_q=32 h_kv=2 d=128 C=64 bf16: ms (useful TFLOP/s); masks per token | per query chunk\n");
@@ -288,6 +303,8 @@ void run_benchmark(int max_n_k_thousands) {
       plan.tma = var.tma;
       plan.stages = var.stages;
       plan.bias_table = var.bias_table;
+      plan.persistent = var.persistent;
+      plan.persistent_ctas = var.persistent_ctas;
       const int reps = n >= 65536 ? 5 : 7;
       const double dense_flops = 4.0 * d * h_q * attended_keys(n, n, 1.0);
       std::printf("%-6lld %-12s", (long long)n, var.name);

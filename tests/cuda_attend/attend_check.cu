@@ -62,6 +62,10 @@ struct Case {
   int splits = 0;  // 0: the planner's choice
   int stages = 0;  // K/V ring depth of the wide tilings (3 or 4), 0: the launcher's choice
   bool bias_table = true;  // false: the consumer bias per tile (the warpgroup tiling then runs per warp)
+  // The d = 128 warpgroup tiling's persistent kernel: 0 the planner's choice, -1 off, n > 0 on with n CTAs (each
+  // then walks many items). A case with n > 0 is also run with it off, and the outputs must agree bitwise.
+  int persistent = 0;
+  bool fixed_order = false;  // no workspace: the persistent kernel's items in a fixed order instead of a counter
 };
 
 // Host copy of a 16-bit or f32 tensor with its element strides.
@@ -137,7 +141,14 @@ void fill_random(HostTensor& x, Rng& rng, double scale) {
 struct Outcome {
   double rel_l2 = 0, max_abs = 0, lse_err = 0;
   bool finite = true, padding_ok = true;
+  uint64_t digest = 0;  // of the bits of o and lse
 };
+
+uint64_t fnv1a(uint64_t h, const void* data, size_t bytes) {
+  const unsigned char* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
 
 Outcome run_case(const Case& c, uint64_t seed) {
   Rng rng{seed};
@@ -335,10 +346,15 @@ Outcome run_case(const Case& c, uint64_t seed) {
   plan.bias_table = c.bias_table;
   if (c.splits) plan.num_splits = c.splits;
   if (c.stages) plan.stages = c.stages;
+  if (c.persistent < 0) plan.persistent = false;
+  if (c.persistent > 0) plan.persistent_ctas = c.persistent;
+  // The split partials, or without a split the persistent kernel's item counter (none: its fixed item order).
   void* ws = nullptr;
   if (plan.num_splits > 1) {
     const size_t bytes = size_t(plan.num_splits) * B * c.h_q * NQ * (c.d + 1) * 4 + 512;
     CK(cudaMalloc(&ws, bytes));
+  } else if (!c.fixed_order) {
+    CK(cudaMalloc(&ws, dashattn::cuda::kItemCounterBytes));
   }
   dashattn::cuda::launch_attend_planned(args, c.d, c.dtype, plan, ws, nullptr);
   CK(cudaGetLastError());
@@ -347,6 +363,7 @@ Outcome run_case(const Case& c, uint64_t seed) {
   lse.download();
 
   Outcome out;
+  out.digest = fnv1a(fnv1a(14695981039346656037ull, o.host_ptr(), o.bytes()), lse.host_ptr(), lse.bytes());
   double num = 0, den = 0;
   for (int s = 0; s < B; ++s) {
     const int64_t rows = c.varlen ? c.n_q[s] : NQ;
@@ -450,6 +467,19 @@ std::vector<Case> conformance_cases() {
   // The wgmma tiling on a ring of 3 stages (the launcher's choice where 4 do not fit), and unions of one tile.
   { Case c = base; c.name = "wgmma 3 stages chunk masks raw"; c.warps = 8; c.stages = 3; c.chunk_masks = true; c.prior = PriorMode::kRaw; c.n_q = {400}; c.n_k = {400}; add(c); }
   { Case c = base; c.name = "wgmma one tile per union"; c.warps = 8; c.chunk_masks = true; c.prior = PriorMode::kRaw; c.n_q = {64, 50}; c.n_k = {64, 50}; c.varlen = true; add(c); }
+  // The persistent kernel with a few CTAs, so that each walks many items (both union buffers, the ring's phases
+  // running on across items, items on the warpgroup and the per-warp paths, with and without a table, tables in
+  // rounds, padding-only items): outputs bitwise equal to the one-item-per-CTA kernel's.
+  { Case c = base; c.name = "persistent 3 CTAs chunk masks raw"; c.warps = 8; c.persistent = 3; c.chunk_masks = true; c.prior = PriorMode::kRaw; c.n_q = {700}; c.n_k = {700}; add(c); }
+  { Case c = base; c.name = "persistent 2 CTAs g16 no prior"; c.warps = 8; c.persistent = 2; c.n_q = {500}; c.n_k = {530}; add(c); }
+  { Case c = base; c.name = "persistent 3 CTAs fixed order"; c.warps = 8; c.persistent = 3; c.fixed_order = true; c.chunk_masks = true; c.prior = PriorMode::kRaw; c.n_q = {700}; c.n_k = {700}; add(c); }
+  { Case c = base; c.name = "persistent 5 CTAs dense"; c.warps = 8; c.persistent = 5; c.dense = true; c.n_q = {333}; c.n_k = {333}; add(c); }
+  { Case c = base; c.name = "persistent 1 CTA f16 C16 est"; c.warps = 8; c.persistent = 1; c.dtype = c.o_dtype = DType::kF16; c.chunk_masks = true; c.chunk = 16; c.prior = PriorMode::kEstimateDiagonal; c.n_q = {300}; c.n_k = {330}; add(c); }
+  { Case c = base; c.name = "persistent 2 CTAs per tile"; c.warps = 8; c.persistent = 2; c.bias_table = false; c.chunk_masks = true; c.prior = PriorMode::kRaw; c.n_q = {300}; c.n_k = {300}; add(c); }
+  { Case c = base; c.name = "persistent 3 CTAs padded lengths"; c.warps = 8; c.persistent = 3; c.chunk_masks = true; c.keep = 0.6; c.prior = PriorMode::kRaw; c.n_q = {150, 195}; c.n_k = {406, 300}; c.lengths = true; add(c); }
+  { Case c = base; c.name = "persistent 2 CTAs varlen g4"; c.warps = 8; c.persistent = 2; c.h_q = 8; c.h_kv = 2; c.prior = PriorMode::kEstimateDiagonal; c.n_q = {50, 190, 3}; c.n_k = {50, 190, 700}; c.varlen = true; add(c); }
+  { Case c = base; c.name = "persistent 2 CTAs table rounds"; c.warps = 8; c.persistent = 2; c.chunk_masks = true; c.chunk = 16; c.prior = PriorMode::kRaw; c.keep = 0.9; c.n_q = {200}; c.n_k = {9000}; add(c); }
+  { Case c = base; c.name = "persistent 4 CTAs g6 per token"; c.warps = 8; c.persistent = 4; c.h_q = 12; c.h_kv = 2; c.prior = PriorMode::kRaw; c.n_q = {333}; c.n_k = {333}; add(c); }
   return cs;
 }
 
@@ -475,11 +505,19 @@ int run_conformance(bool verbose) {
     const Outcome r = run_case(c, case_seed);
     const bool f16 = c.dtype == DType::kF16 && c.o_dtype != DType::kBF16;
     const double tol = f16 ? 4e-3 : 1.5e-2;
-    const bool ok = r.finite && r.padding_ok && r.rel_l2 <= tol && r.lse_err <= 2e-2;
+    // The persistent kernel runs each item as the one-item-per-CTA kernel does: the same bits.
+    bool same_bits = true;
+    if (c.persistent > 0) {
+      Case off = c;
+      off.persistent = -1;
+      same_bits = run_case(off, case_seed).digest == r.digest;
+    }
+    const bool ok = r.finite && r.padding_ok && r.rel_l2 <= tol && r.lse_err <= 2e-2 && same_bits;
     if (!ok) ++failures;
     if (!ok || verbose || std::getenv("ATTEND_VERBOSE")) {
-      std::printf("%-4s %-32s rel_l2 %.2e max_abs %.2e lse_err %.2e finite %d padding %d\n", ok ? "ok" : "FAIL",
-                  c.name.c_str(), r.rel_l2, r.max_abs, r.lse_err, int(r.finite), int(r.padding_ok));
+      std::printf("%-4s %-32s rel_l2 %.2e max_abs %.2e lse_err %.2e finite %d padding %d same bits %d\n",
+                  ok ? "ok" : "FAIL", c.name.c_str(), r.rel_l2, r.max_abs, r.lse_err, int(r.finite),
+                  int(r.padding_ok), int(same_bits));
       std::fflush(stdout);  // a case that hangs shows as the one after the last line
     }
   }
