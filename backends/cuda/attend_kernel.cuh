@@ -145,12 +145,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     head = r_off + r - token_in_cta * g;
   };
   // Persistent: the CTA's item k (-1 past the last). Items go head by head (sequence x KV head), longest first
-  // within each, as the one-item-per-CTA grid runs: the CTAs at work then share one head's K/V in L2 (32 MB at 64K,
-  // d = 128); interleaving two heads overflowed L2 and made the kernel 7 % slower. The first item is blockIdx.x,
-  // the next ones come from the item counter as CTAs finish (the hardware's order for a one-item-per-CTA grid;
-  // a fixed assignment left SMs idle for ~4 % of the kernel with random masks). Without a counter: rounds of
-  // gridDim.x items, snaking (odd rounds reversed) so that every CTA's sum of work comes out about even. Called
-  // by one helper thread per item, in order.
+  // within each, as the one-item-per-CTA grid runs, so that the CTAs at work share one head's K/V in L2 (32 MB at
+  // 64K, d = 128; two heads' items interleaved ran chunk masks 2-6 % slower). The first item is blockIdx.x, the
+  // next ones come from the item counter as CTAs finish (the hardware's order for a one-item-per-CTA grid; with a
+  // fixed assignment Nsight Compute had SMs idle for ~4 % of the kernel with random masks). Without a counter:
+  // rounds of gridDim.x items, snaking (odd rounds reversed) so that every CTA's sum of work comes out about even.
+  // Called by one helper thread per item, in order.
   const int64_t item_blocks = ceil_div(a.batch.padded_n_q * g, Cfg::kRows);
   const int64_t item_heads = int64_t(a.num_seqs) * a.h_kv;
   auto item_of = [&](int k) -> int64_t {
