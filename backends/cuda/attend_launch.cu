@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
 #include <string>
 
 namespace dashattn::cuda {
@@ -116,8 +115,6 @@ AttendPlan plan_attend(const ProblemShape& s, int num_sms, bool dense) {
   if (plan.num_splits > 1) {
     const int64_t part_rows = s.batch * s.h_q * s.n_q;
     plan.workspace_bytes = size_t(plan.num_splits) * size_t(part_rows) * size_t(s.d + 1) * sizeof(float) + 256;
-  } else if (plan.persistent) {
-    plan.workspace_bytes = kItemCounterBytes;
   }
   return plan;
 }
@@ -159,8 +156,9 @@ AttendArgs make_dense_args(const DenseParams& p, const ProblemShape& s) {
 void launch_attend_planned(AttendArgs args, int64_t head_dim, DType dtype, const AttendPlan& plan, void* workspace,
                            cudaStream_t stream) {
   args.num_splits = plan.num_splits;
-  // Without a split the workspace holds the persistent kernel's item counter (none: a fixed order of items).
-  if (plan.num_splits == 1 && workspace != nullptr) args.item_counter = static_cast<unsigned long long*>(workspace);
+  // A persistent launch's workspace holds its item counter (none: a fixed order of items).
+  if (plan.persistent && plan.num_splits == 1 && workspace != nullptr)
+    args.item_counter = static_cast<unsigned long long*>(workspace);
   if (plan.num_splits > 1) {
     const size_t part_rows = size_t(args.num_seqs) * args.h_q * size_t(args.batch.padded_n_q);
     char* base = static_cast<char*>(workspace);
@@ -181,31 +179,11 @@ void launch_attend(const AttendParams& p, const ProblemShape& s, void* workspace
                    cudaStream_t stream) {
   AttendPlan plan = plan_attend(s, current_sm_count(), false);
   if (plan.num_splits > 1 && (workspace == nullptr || workspace_bytes < plan.workspace_bytes)) plan.num_splits = 1;
-  if (plan.num_splits == 1 && workspace_bytes < kItemCounterBytes) workspace = nullptr;
   launch_attend_planned(make_attend_args(p, s), s.d, p.q.dtype, plan, workspace, stream);
 }
 
-void with_stream_workspace(size_t bytes, cudaStream_t stream, const std::function<void(void*)>& launch) {
-  void* ws = nullptr;
-  DASHATTN_CUDA_CHECK(cudaMallocAsync(&ws, bytes, stream));
-  try {
-    launch(ws);
-  } catch (...) {
-    (void)cudaFreeAsync(ws, stream);
-    throw;
-  }
-  DASHATTN_CUDA_CHECK(cudaFreeAsync(ws, stream));
-}
-
 void launch_attend(const AttendParams& p, const ProblemShape& s, cudaStream_t stream) {
-  // The convenience entry: a persistent launch takes its item counter from the stream-ordered pool (capturable
-  // in a graph, and never shared with a launch on another stream).
-  if (!plan_attend(s, current_sm_count(), false).persistent) {
-    launch_attend(p, s, nullptr, 0, stream);
-    return;
-  }
-  with_stream_workspace(kItemCounterBytes, stream,
-                        [&](void* ws) { launch_attend(p, s, ws, kItemCounterBytes, stream); });
+  launch_attend(p, s, nullptr, 0, stream);
 }
 
 }  // namespace dashattn::cuda

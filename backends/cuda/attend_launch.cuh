@@ -17,17 +17,16 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
-#include <functional>
 
 #include "attend_args.cuh"
 
 namespace dashattn::cuda {
 
-// K/V ring depth of the decode tiling (one 16-row slab per CTA): 75 / 110 / 144 KB of shared memory for head dim 64 / 128 / 256,
-// i.e. 3 / 2 / 1 CTAs per SM, each keeping its next tiles in flight.
-// Workspace of a launch without a key split: the persistent kernel's item counter (AttendArgs::item_counter).
+// Workspace of a persistent launch (AttendPlan::persistent): its item counter (AttendArgs::item_counter).
 constexpr size_t kItemCounterBytes = 256;
 
+// K/V ring depth of the decode tiling (one 16-row slab per CTA): 75 / 110 / 144 KB of shared memory for head dim 64 / 128 / 256,
+// i.e. 3 / 2 / 1 CTAs per SM, each keeping its next tiles in flight.
 constexpr int decode_stages(int head_dim) { return head_dim <= 64 ? 4 : (head_dim <= 128 ? 3 : 2); }
 constexpr size_t decode_smem_bytes(int head_dim) {
   // Q, the K/V ring, the per-stage bias tables and k̄ buffers, barriers and base alignment (attend_kernel.cuh's
@@ -47,7 +46,8 @@ struct AttendPlan {
   // The d = 128 warpgroup tiling without a key split as a persistent kernel (attend_kernel.cuh), with
   // persistent_ctas CTAs (0: one per SM; tests use a few, so that every CTA walks many items). Off by default: it
   // is correct (bitwise the one-item-per-CTA kernel's output) but measured slower on most rows of the benchmark
-  // (perf-log.md, twelfth pass).
+  // (perf-log.md, twelfth pass). Only launch_attend_planned takes it; a workspace of kItemCounterBytes gives its
+  // CTAs an item counter, none a fixed order of items.
   bool persistent = false;
   int persistent_ctas = 0;
 };
@@ -69,10 +69,9 @@ void launch_dense(const DenseParams& p, const ProblemShape& s, void* workspace, 
 
 // Lower level, for tests and benchmarks that choose the tiling themselves.
 AttendArgs make_attend_args(const AttendParams& p, const ProblemShape& s);
-// Runs launch(ws) with bytes of workspace allocated on the stream (stream-ordered, freed after the launch).
-void with_stream_workspace(size_t bytes, cudaStream_t stream, const std::function<void(void*)>& launch);
 AttendArgs make_dense_args(const DenseParams& p, const ProblemShape& s);
-// Runs args with plan; the workspace must hold plan.workspace_bytes when plan.num_splits > 1.
+// Runs args with plan; the workspace must hold plan.workspace_bytes when plan.num_splits > 1 (a persistent plan:
+// kItemCounterBytes, or null).
 void launch_attend_planned(AttendArgs args, int64_t head_dim, DType dtype, const AttendPlan& plan, void* workspace,
                            cudaStream_t stream);
 

@@ -206,14 +206,9 @@ class CudaBackend final : public Backend {
     const ProblemShape s = forward_shape(f);
     // The dense baseline is a convenience entry point without a workspace argument; it keeps a grown-on-demand
     // split-KV buffer per device so decode-shaped baselines split like the sparse path instead of under-filling.
-    // Without a split the workspace is at most the persistent kernel's item counter, which must not be shared by
-    // launches on two streams: that launch takes its own from the stream-ordered pool.
     const size_t bytes = attend_workspace_bytes(s, /*dense=*/true);
-    if (bytes <= kItemCounterBytes) {
-      launch_dense(p, s, as_stream(p.stream));
-      return;
-    }
-    launch_dense(p, s, dense_workspace(p.q.device.index, bytes), bytes, as_stream(p.stream));
+    void* ws = bytes > 0 ? dense_workspace(p.q.device.index, bytes) : nullptr;
+    launch_dense(p, s, ws, bytes, as_stream(p.stream));
   }
 
   void* allocate(size_t bytes) override {

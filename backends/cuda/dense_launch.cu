@@ -12,19 +12,11 @@ void launch_dense(const DenseParams& p, const ProblemShape& s, void* workspace, 
   DASHATTN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   plan = plan_attend(s, sms, true);
   if (plan.num_splits > 1 && (workspace == nullptr || workspace_bytes < plan.workspace_bytes)) plan.num_splits = 1;
-  if (plan.num_splits == 1 && workspace_bytes < kItemCounterBytes) workspace = nullptr;
   launch_attend_planned(make_dense_args(p, s), s.d, p.q.dtype, plan, workspace, stream);
 }
 
 void launch_dense(const DenseParams& p, const ProblemShape& s, cudaStream_t stream) {
-  int device = 0, sms = 0;
-  DASHATTN_CUDA_CHECK(cudaGetDevice(&device));
-  DASHATTN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  if (!plan_attend(s, sms, true).persistent) {
-    launch_dense(p, s, nullptr, 0, stream);
-    return;
-  }
-  with_stream_workspace(kItemCounterBytes, stream, [&](void* ws) { launch_dense(p, s, ws, kItemCounterBytes, stream); });
+  launch_dense(p, s, nullptr, 0, stream);
 }
 
 }  // namespace dashattn::cuda

@@ -353,7 +353,7 @@ Outcome run_case(const Case& c, uint64_t seed) {
   if (plan.num_splits > 1) {
     const size_t bytes = size_t(plan.num_splits) * B * c.h_q * NQ * (c.d + 1) * 4 + 512;
     CK(cudaMalloc(&ws, bytes));
-  } else if (!c.fixed_order) {
+  } else if (plan.persistent && !c.fixed_order) {
     CK(cudaMalloc(&ws, dashattn::cuda::kItemCounterBytes));
   }
   dashattn::cuda::launch_attend_planned(args, c.d, c.dtype, plan, ws, nullptr);
