@@ -34,6 +34,9 @@
 // (counted on the device, so work follows the routing, not the sequence length) and writes fp32 partials that
 // combine_splits_kernel merges.
 //
+// Items. A CTA's row block, its preparation and its plan (which path, which tiles, where the bias comes from) are
+// attend_item.cuh's; the persistent form's hand-over between roles is attend_persistent.cuh's.
+//
 // Persistent form (AttendConfig::kPersistent, d = 128 warpgroup tiling, opt-in through AttendPlan::persistent).
 // One CTA per SM takes row blocks ("items") in turn, from an item counter. The producer warpgroup's two otherwise
 // idle warps, the helpers, prepare item k + 1 in the second of two buffers while the consumers run item k: its
@@ -53,8 +56,10 @@
 #include "attend_bias.cuh"
 #include "attend_combine.cuh"
 #include "attend_config.cuh"
+#include "attend_item.cuh"
 #include "attend_masks.cuh"
 #include "attend_output.cuh"
+#include "attend_persistent.cuh"
 #include "attend_producer.cuh"
 #include "attend_table.cuh"
 #include "attend_wgmma.cuh"
@@ -98,19 +103,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   // Full barriers that also count the record warp's arrivals (warpgroup tilings; attend_tile_records), taken by a
   // CTA that runs the warpgroup path: the per-warp path's CTAs keep the producer's alone.
   const uint32_t full_bar64 = ring_free_bar + 8u;
-  // Persistent: the helpers' per-item buffers (AttendConfig::kPrepBytes). Item k of the CTA uses buffer k % 2 of
-  // the union, counts and tau / mu.
-  unsigned char* sPrep = sMeta + Cfg::kMetaBytes;
-  float2* sTauMu = reinterpret_cast<float2*>(sPrep);  // [2][kRows]
-  const uint32_t union_ready_bar = mma::smem_addr(sPrep + Cfg::kPrepTauMuBytes);  // + 8 b: helpers -> all roles
-  const uint32_t union_free_bar = union_ready_bar + 16u;  // + 8 b: producer, record warp, consumers -> helpers
-  const uint32_t prep_ready_bar = union_ready_bar + 32u;  // Q, tau / mu, k̄ staged: helpers -> consumers
-  const uint32_t prep_free_bar = union_ready_bar + 40u;   // Q and the staging area read: consumers -> helpers
-  int* sItemCount = reinterpret_cast<int*>(sPrep + Cfg::kPrepTauMuBytes + 48);  // [2][2]: sCount per buffer
-  int64_t* sItemIndex = reinterpret_cast<int64_t*>(sPrep + Cfg::kPrepTauMuBytes + 64);  // [2]: the item, or -1
-  unsigned char* sKbarStage = sPrep + Cfg::kPrepTauMuBytes + Cfg::kPrepSyncBytes;
+  // Persistent: the helpers' per-item buffers (AttendConfig::kPrepBytes) and the two unions (attend_persistent.cuh).
   const int64_t max_union_words = ceil_div(ceil_div(a.batch.padded_n_k, kTileKeys), 32) + 1;
-  const int union_stride = int(Cfg::union_bytes(int(max_union_words)) / (kPersistent ? 8 : 4));
+  const PersistentItems pi = PersistentItems::carve<Cfg>(
+      sMeta + Cfg::kMetaBytes, sUnionBase, int(Cfg::union_bytes(int(max_union_words)) / (kPersistent ? 8 : 4)));
 
   const int tid = threadIdx.x;
   const int warp = tid / 32;
@@ -118,50 +114,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   const int split = blockIdx.z;
   const int g = a.group;
 
-  // The row block ("item") being worked on: one per CTA (m_block from blockIdx.x, longest first, as causal work
-  // grows with the row index), or with the persistent kernel each of the CTA's items in turn.
-  int seq = 0, kv_head = 0;
-  int64_t row0 = 0, rows_in_seq = 0, first_token = 0, last_token = 0;
-  SequenceSpan sp;
-  // Row r of the CTA is head (r_off + r) % g of token first_token + (r_off + r) / g, split in 32-bit arithmetic:
-  // with a 64-bit division and offset per 16-byte piece, the Q copy and the union were most of a CTA's first 2 us.
-  int r_off = 0;
-  bool any_rows = false;
-  int union_words = 0;
-  auto begin_item = [&](int64_t m_block, int y) {
-    seq = y / a.h_kv;
-    kv_head = y % a.h_kv;
-    row0 = m_block * Cfg::kRows;
-    sp = device_sequence_span(a.batch, seq);
-    rows_in_seq = sp.n_q * g;
-    first_token = row0 / g;
-    r_off = int(row0 - first_token * g);
-    last_token = min((row0 + Cfg::kRows - 1) / g, sp.n_q - 1);
-    any_rows = row0 < rows_in_seq;
-    union_words = any_rows ? int(((sp.n_k - sp.n_q + last_token) / kTileKeys) / 32 + 1) : 0;
-  };
-  auto split_row = [&](int r, int& token_in_cta, int& head) {
-    token_in_cta = (r_off + r) / g;
-    head = r_off + r - token_in_cta * g;
-  };
-  // Persistent: the CTA's item k (-1 past the last). Items go head by head (sequence x KV head), longest first
-  // within each, as the one-item-per-CTA grid runs, so that the CTAs at work share one head's K/V in L2 (32 MB at
-  // 64K, d = 128; two heads' items interleaved ran chunk masks 2-6 % slower). The first item is blockIdx.x, the
-  // next ones come from the item counter as CTAs finish (the hardware's order for a one-item-per-CTA grid; with a
-  // fixed assignment Nsight Compute had SMs idle for ~4 % of the kernel with random masks). Without a counter:
-  // rounds of gridDim.x items, snaking (odd rounds reversed) so that every CTA's sum of work comes out about even.
-  // Called by one helper thread per item, in order.
-  const int64_t item_blocks = ceil_div(a.batch.padded_n_q * g, Cfg::kRows);
-  const int64_t item_heads = int64_t(a.num_seqs) * a.h_kv;
-  auto item_of = [&](int k) -> int64_t {
-    int64_t j;
-    if (k == 0) j = blockIdx.x;
-    else if (a.item_counter != nullptr) j = int64_t(gridDim.x) + int64_t(atomicAdd(a.item_counter, 1ull));
-    else j = int64_t(k) * gridDim.x + ((k & 1) ? gridDim.x - 1 - blockIdx.x : blockIdx.x);
-    return j < item_blocks * item_heads ? j : -1;
-  };
-  auto begin_item_index = [&](int64_t j) { begin_item(item_blocks - 1 - j % item_blocks, int(j / item_blocks)); };
-  if constexpr (!kPersistent) begin_item(int64_t(gridDim.x) - 1 - blockIdx.x, blockIdx.y);
+  // The row block being worked on (attend_item.cuh): one per CTA (m_block from blockIdx.x, longest first, as
+  // causal work grows with the row index), or with the persistent kernel each of the CTA's items in turn.
+  AttendItem<Cfg> item;
+  if constexpr (!kPersistent) item.begin(a, int64_t(gridDim.x) - 1 - blockIdx.x, blockIdx.y);
   if (tid == 0) phase_mark(PhaseKernel::kAttend, 0);
 
   constexpr bool kRecordWarp = Cfg::kWgmma;  // (then kMetaBytes > 0)
@@ -175,65 +131,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       mma::mbar_init(empty_bar + 8u * s, uint32_t(Cfg::kTileSplit ? 32 : Cfg::kWarps * 32));
     }
     mma::mbar_init(ring_free_bar, uint32_t(Cfg::kWarps * 32));
-    if constexpr (kPersistent) {
-      for (int b = 0; b < 2; ++b) {
-        mma::mbar_init(union_ready_bar + 8u * b, 64u);                         // the two helper warps
-        mma::mbar_init(union_free_bar + 8u * b, uint32_t(64 + Cfg::kWarps * 32));  // producer, record, consumers
-      }
-      mma::mbar_init(prep_ready_bar, 64u);
-      mma::mbar_init(prep_free_bar, uint32_t(Cfg::kWarps * 32));
-    }
+    if constexpr (kPersistent) pi.init_barriers<Cfg>();
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     mma::fence_barrier_init();
 #endif
     sCount[0] = 0;  // tiles in the union
     sCount[1] = 0;  // tiles summed over the tokens (how much the tokens share)
   }
-  // Q rows of the item (split_row), zero-filled past the sequence, by threads t0, t0 + nt, ... (committed).
-  auto copy_q = [&](int t0, int nt) {
-    const Element* q_first = static_cast<const Element*>(a.q.data) +
-                             a.q.offset(sp.batch_index, sp.q_begin + first_token, int64_t(kv_head) * g);
-    const int rows_here = int(::min(int64_t(Cfg::kRows), rows_in_seq - row0));
-    for (int task = t0; task < Cfg::kRows * Cfg::kRowPieces; task += nt) {
-      const int r = task / Cfg::kRowPieces;
-      const int piece = task % Cfg::kRowPieces;
-      int token_in_cta, head;
-      split_row(r, token_in_cta, head);
-      const bool ok = r < rows_here;
-      const Element* src =
-          ok ? q_first + token_in_cta * a.q.stride[1] + head * a.q.stride[2] + piece * 8 : q_first;
-      mma::cp_async_16(sQ + q_swz<Cfg::kRows>(r, piece * 8), src, ok ? 16 : 0);
-    }
-    mma::cp_async_commit();
-  };
-  // Union of the tile sets of the item's tokens into words (zeroed): warp w0 of nw takes tokens w0, w0 + nw, ...
-  // (their routing computed once), its lanes the words; the per-token tile counts are summed per warp before one
-  // shared atomic on counts[1] (an atomic per word all hit one address).
-  auto union_tokens = [&](uint32_t* words, int* counts, int w0, int nw) {
-    const int n_tokens = int(last_token - first_token + 1);
-    for (int t = w0; t < n_tokens; t += nw) {
-      const RowRouting rr = token_routing(a, sp, kv_head, first_token + t);
-      int tiles = 0;
-      for (int w = lane; w < union_words; w += 32) {
-        const uint32_t bits = row_tile_word(rr, w, a.chunk, a.log2_chunk, a.mask_words, a.dense);
-        if (bits) {
-          atomicOr(&words[w], bits);
-          tiles += __popc(bits);
-        }
-      }
-      if constexpr (Cfg::kWgmma) {
-        for (int off = 16; off > 0; off >>= 1) tiles += __shfl_xor_sync(0xffffffffu, tiles, off);
-        if (lane == 0 && tiles) atomicAdd(&counts[1], tiles);
-      }
-    }
-  };
-  // The union's tile count into counts[0], by whole warps (threads t0, t0 + nt, ...).
-  auto count_union = [&](const uint32_t* words, int* counts, int t0, int nt) {
-    int local = 0;
-    for (int w = t0; w < union_words; w += nt) local += __popc(words[w]);
-    for (int off = 16; off > 0; off >>= 1) local += __shfl_xor_sync(0xffffffffu, local, off);
-    if (lane == 0 && local) atomicAdd(&counts[0], local);
-  };
   // Bias modes. With g dividing 16 a warp's 16 rows are whole tokens, so the consumer warps compute the bias of
   // their rows themselves on the tensor cores (x = Q k̄^T for the tile's chunks, the group sum over the warp's
   // rows by shuffles); wider or odd groups span warps, and the producer warp fills per-stage tables instead.
@@ -241,68 +145,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   // The launcher picks the instance: kConsumerBias implies bias_on and 16 % g == 0.
   constexpr bool bias_in_consumers = Cfg::kConsumerBias;
   const int per_tile = a.chunk >= kTileKeys ? 1 : (kTileKeys >> a.log2_chunk);
-
   // The item's plan from its union's counts, the same in every role.
-  int64_t tile_start = 0, tile_count = 0;
-  bool use_warpgroups = Cfg::kWgmma, use_table = false, kbar_per_tile = false, use_records = false;
-  bool producer_table = false, stage_kbar = false;
-  int n_iter = 0, n_tokens_cta = 0, n_pairs = 0;
-  uint32_t full_bar = full_bar32;
-  TileCursor cursor{0, 0u};
-  auto plan_item = [&](int64_t total, int64_t summed) {
-    use_warpgroups = Cfg::kWgmma;
-    tile_start = 0;
-    tile_count = 0;
-    if (any_rows) {
-      // Warpgroup MMA computes a tile for 4 tokens at once, so it pays only when the tokens mostly share their
-      // tiles: sum of per-token counts >= 0.7 x tokens x union (1 when all share, about rho / (1 - (1 - rho)^8)
-      // for independent masks keeping rho of the chunks, 0.28 at rho = 0.25). Otherwise each warp computes its
-      // own tiles with mma.sync. The warpgroup path runs at about 1.36 x the per-warp rate (dense: 407 vs 300
-      // TFLOP/s on an H200), so with 4 tokens per group it wins from about 3 of 4 tokens per tile.
-      if constexpr (Cfg::kWgmma) use_warpgroups = 10 * summed >= 7 * total * (last_token - first_token + 1);
-      const int64_t per = (total + a.num_splits - 1) / a.num_splits;
-      tile_start = ::min(int64_t(split) * per, total);
-      tile_count = ::min(per, total - tile_start);
-    }
-    n_iter = int(tile_count);
-    // Consumer-computed bias: the per-CTA table (entry [pair p = rank in the union * per_tile + chunk of the
-    // tile][token slot]) when it fits, else per tile from the stage's k̄ buffer (the warpgroup tiling too, now
-    // that its consumers run at kConsumerRegs); the producer's tables only for groups that span warps.
-    n_tokens_cta = any_rows ? int(last_token - first_token + 1) : 0;
-    n_pairs = n_iter * per_tile;
-    use_table = bias_in_consumers && int64_t(n_pairs) * n_tokens_cta <= int64_t(a.bias_table_floats);
-    kbar_per_tile = bias_in_consumers && !use_table;
-    // The warpgroup path has no per-tile x = Q k̄^T (an mma.sync inside its wgmma pipeline would wait for the
-    // wgmma, and its registers would crowd the pipeline's): a CTA whose table does not fit computes per warp.
-    if (kbar_per_tile) use_warpgroups = false;
-    // The persistent kernel's record warp writes records for every item, so that the full barriers' phases run
-    // on across items whichever path an item takes.
-    use_records = kRecordWarp && (kPersistent || use_warpgroups);  // CTA-uniform
-    full_bar = use_records ? full_bar64 : full_bar32;
-    producer_table = bias_on && !use_table && !kbar_per_tile;
-    // Wide (prefill) tilings build the table from k̄ columns staged in shared memory (the still empty ring, and
-    // then release it to the producer through ring_free_bar; the persistent kernel's own staging area).
-    stage_kbar = !Cfg::kTileSplit && use_table;
-  };
-  // Both roles start their cursor at the tile of rank tile_start.
-  auto start_cursor = [&]() {
-    cursor = TileCursor{0, 0u};
-    if (tile_count > 0) {
-      int64_t skip = tile_start;
-      for (int w = 0; w < union_words; ++w) {
-        const uint32_t bits = sUnion[w];
-        const int c = __popc(bits);
-        if (skip < c) {
-          uint32_t b = bits;
-          for (int64_t s = 0; s < skip; ++s) b &= b - 1;
-          cursor.word = w;
-          cursor.bits = b;
-          break;
-        }
-        skip -= c;
-      }
-    }
-  };
+  ItemPlan plan;
 
   // Stage 1's threshold tau of each consumer row's head and mu of its token, for the consumer-computed bias: loaded
   // here, at entry, so that their latency overlaps the Q copy and the union's mask loads instead of adding a round
@@ -310,31 +154,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   // holds the two rows lane / 4 and lane / 4 + 8 of its slab; they are parked in shared memory after the union.
   const int slab_row = Cfg::kTileSplit ? 0 : warp * 16;  // first row of this warp's 16-row slab
   float2 early_tau_mu[2] = {make_float2(0.0f, 0.0f), make_float2(0.0f, 0.0f)};
-  // tau of row r's head and mu of its token (the item's rows; zeros past the sequence).
-  auto load_tau_mu = [&](int r) {
-    float2 tm = make_float2(0.0f, 0.0f);
-    if (row0 + r < rows_in_seq) {
-      int token_in_cta, head;
-      split_row(r, token_in_cta, head);
-      const int64_t token = first_token + token_in_cta;
-      tm.x = static_cast<const float*>(a.tau.data)[row_output_offset(a.tau, sp, kv_head * g + head, token)];
-      tm.y = static_cast<const float*>(a.mu.data)[row_output_offset(a.mu, sp, kv_head, token)];
-    }
-    return tm;
-  };
   if constexpr (!kPersistent) {
-    if (Cfg::kConsumerBias && any_rows && warp < Cfg::kWarps && lane % 4 == 0) {
+    if (Cfg::kConsumerBias && item.any_rows && warp < Cfg::kWarps && lane % 4 == 0) {
 #pragma unroll
-      for (int half = 0; half < 2; ++half) early_tau_mu[half] = load_tau_mu(slab_row + lane / 4 + 8 * half);
+      for (int half = 0; half < 2; ++half) early_tau_mu[half] = item.tau_mu(a, slab_row + lane / 4 + 8 * half);
     }
-    if (any_rows) {
-      copy_q(tid, Cfg::kThreads);
-      for (int w = tid; w < union_words; w += Cfg::kThreads) sUnion[w] = 0u;
+    if (item.any_rows) {
+      item.copy_q(a, sQ, tid, Cfg::kThreads);
+      for (int w = tid; w < item.union_words; w += Cfg::kThreads) sUnion[w] = 0u;
       __syncthreads();
-      union_tokens(sUnion, sCount, warp, Cfg::kThreads / 32);
+      item.union_tokens(a, sUnion, sCount, warp, Cfg::kThreads / 32, lane);
       __syncthreads();
       if (tid == 0) phase_mark(PhaseKernel::kAttend, 1);
-      count_union(sUnion, sCount, tid, Cfg::kThreads);
+      item.count_union(sUnion, sCount, tid, Cfg::kThreads, lane);
       mma::cp_async_wait<0>();
       if constexpr (Cfg::kWgmma) wgmma::fence_proxy_async();  // Q is read by the tensor cores
     }
@@ -346,25 +178,22 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   }
   __syncthreads();  // union, count, Q and the barrier initialisation are visible to every warp
   if constexpr (!kPersistent) {
-    plan_item(sCount[0], sCount[1]);
+    plan = plan_item(a, item, sUnion, split, per_tile, sCount[0], sCount[1], full_bar32, full_bar64);
     if (tid == 0) {
       phase_mark(PhaseKernel::kAttend, 2);
-      phase_set_active(PhaseKernel::kAttend, tile_count > 0);
+      phase_set_active(PhaseKernel::kAttend, plan.tile_count > 0);
     }
-    start_cursor();
   }
   float* sTable = reinterpret_cast<float*>(smem_raw + a.bias_table_offset);
   // Persistent: the producer, record warp and consumers take item k from buffer k % 2 once the helpers have built
   // its union (false: no items left).
   auto take_item = [&](int k) {
-    const int b = k & 1;
-    mma::mbar_wait(union_ready_bar + 8u * b, uint32_t((k >> 1) & 1));
-    const int64_t j = sItemIndex[b];
+    const int64_t j = pi.wait_item(k);
     if (j < 0) return false;
-    begin_item_index(j);
-    sUnion = sUnionBase + b * union_stride;
-    plan_item(sItemCount[2 * b], sItemCount[2 * b + 1]);
-    start_cursor();
+    begin_item_index(item, a, j);
+    sUnion = pi.union_of(k & 1);
+    plan = plan_item(a, item, sUnion, split, per_tile, pi.counts[2 * (k & 1)], pi.counts[2 * (k & 1) + 1],
+                     full_bar32, full_bar64);
     return true;
   };
 
@@ -375,83 +204,39 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     if constexpr (kPersistent) {
       const int role = warp - Cfg::kWarps;  // 0: the producer, 1: the record warp, 2 and 3: the helpers
       if (role >= 2) {
-        // The helpers prepare item k in buffer b = k % 2: once its previous user (item k - 2) is done with it,
-        // the union and counts (then "union ready": the producer and the record warp start on it); once the
-        // consumers hold item k - 1's Q and are done with its staging area, tau / mu, Q and the bias table's
-        // first round of k̄ columns ("prepared").
-        const int htid = tid - (Cfg::kWarps + 2) * 32;
-        auto helpers_sync = [&]() { asm volatile("bar.sync 4, 64;\n" ::: "memory"); };
-        for (int k = 0;; ++k) {
-          const int b = k & 1;
-          if (k >= 2) mma::mbar_wait(union_free_bar + 8u * b, uint32_t(((k >> 1) - 1) & 1));
-          if (htid == 0) sItemIndex[b] = item_of(k);
-          helpers_sync();
-          const int64_t j = sItemIndex[b];
-          if (j < 0) {  // the end: the other roles see -1 in the buffer
-            mma::mbar_arrive(union_ready_bar + 8u * b);
-            break;
-          }
-          begin_item_index(j);
-          uint32_t* words = sUnionBase + b * union_stride;
-          int* counts = sItemCount + 2 * b;
-          for (int w = htid; w < union_words; w += 64) words[w] = 0u;
-          if (htid < 2) counts[htid] = 0;
-          helpers_sync();
-          if (any_rows) union_tokens(words, counts, role - 2, 2);
-          helpers_sync();
-          if (any_rows) count_union(words, counts, htid, 64);
-          helpers_sync();
-          mma::mbar_arrive(union_ready_bar + 8u * b);
-          sUnion = words;
-          plan_item(counts[0], counts[1]);
-          start_cursor();
-          if (k >= 1) mma::mbar_wait(prep_free_bar, uint32_t((k - 1) & 1));
-          if (Cfg::kConsumerBias && any_rows) {
-            for (int r = htid; r < Cfg::kRows; r += 64) sTauMu[b * Cfg::kRows + r] = load_tau_mu(r);
-          }
-          if (any_rows) copy_q(htid, 64);
-          if (use_table) {
-            PairColumns cols(cursor, words, n_pairs, per_tile, a.log2_chunk);
-            copy_kbar_columns<Cfg>(a, sp, seq, kv_head, cols, 0, ::min(n_pairs, Cfg::kPrepStagedCols),
-                                   8 * (role - 2), 16, lane, sKbarStage);
-          }
-          mma::cp_async_wait<0>();
-          if constexpr (Cfg::kWgmma) wgmma::fence_proxy_async();  // Q may be read by the tensor cores
-          mma::mbar_arrive(prep_ready_bar);
-        }
+        prepare_items<Cfg>(a, pi, sQ, tid - (Cfg::kWarps + 2) * 32, per_tile, full_bar32, full_bar64);
         return;
       }
       uint32_t ring_pos = 0;  // the ring's fills so far: stages and parities run on across items
-      for (int k = 0;; ++k) {
-        const int b = k & 1;
-        if (!take_item(k)) break;
+      for (int k = 0; take_item(k); ++k) {
         if (role == 1) {
-          attend_tile_records<Cfg>(a, sp, kv_head, lane, cursor, n_iter, row0, first_token, n_tokens_cta, full_bar,
-                                   empty_bar, sMeta, sUnion, ring_pos, use_warpgroups);
+          attend_tile_records<Cfg>(a, item.sp, item.kv_head, lane, plan.cursor, plan.n_iter, item.row0,
+                                   item.first_token, plan.n_tokens_cta, plan.full_bar, empty_bar, sMeta, sUnion,
+                                   ring_pos, plan.use_warpgroups);
         } else {
-          attend_produce<Cfg>(a, sp, seq, kv_head, lane, cursor, n_iter, first_token, n_tokens_cta, per_tile,
-                              kbar_per_tile, producer_table, full_bar, empty_bar, sRing, sKbar, sBias, sUnion,
-                              tmap_k, tmap_v, -1, ring_free_bar, ring_pos);
+          attend_produce<Cfg>(a, item.sp, item.seq, item.kv_head, lane, plan.cursor, plan.n_iter, item.first_token,
+                              plan.n_tokens_cta, per_tile, plan.kbar_per_tile, plan.producer_table, plan.full_bar,
+                              empty_bar, sRing, sKbar, sBias, sUnion, tmap_k, tmap_v, -1, ring_free_bar, ring_pos);
         }
-        ring_pos += uint32_t(n_iter);
-        mma::mbar_arrive(union_free_bar + 8u * b);  // this lane is done with the item's union
+        ring_pos += uint32_t(plan.n_iter);
+        mma::mbar_arrive(pi.union_free_bar + 8u * (k & 1));  // this lane is done with the item's union
       }
       return;
     } else {
       if constexpr (Cfg::kProducerWarps > 1) {
-        if (use_records && warp == Cfg::kWarps + 1) {
-          attend_tile_records<Cfg>(a, sp, kv_head, lane, cursor, n_iter, row0, first_token, n_tokens_cta, full_bar,
-                                   empty_bar, sMeta, sUnion);
+        if (plan.use_records && warp == Cfg::kWarps + 1) {
+          attend_tile_records<Cfg>(a, item.sp, item.kv_head, lane, plan.cursor, plan.n_iter, item.row0,
+                                   item.first_token, plan.n_tokens_cta, plan.full_bar, empty_bar, sMeta, sUnion);
           return;
         }
         if (warp > Cfg::kWarps) return;  // the producer warpgroup's idle warps
       }
       // The stages the table's k̄ columns occupy (the last ones) are filled only once the consumers release them;
       // the stages before them right away (-1: nothing staged, no wait).
-      const int ring_free_from = stage_kbar ? kStages - Cfg::kbar_staging_stages(n_pairs) : -1;
-      attend_produce<Cfg>(a, sp, seq, kv_head, lane, cursor, n_iter, first_token, n_tokens_cta, per_tile,
-                          kbar_per_tile, producer_table, full_bar, empty_bar, sRing, sKbar, sBias, sUnion, tmap_k,
-                          tmap_v, ring_free_from, ring_free_bar);
+      const int ring_free_from = plan.stage_kbar ? kStages - Cfg::kbar_staging_stages(plan.n_pairs) : -1;
+      attend_produce<Cfg>(a, item.sp, item.seq, item.kv_head, lane, plan.cursor, plan.n_iter, item.first_token,
+                          plan.n_tokens_cta, per_tile, plan.kbar_per_tile, plan.producer_table, plan.full_bar,
+                          empty_bar, sRing, sKbar, sBias, sUnion, tmap_k, tmap_v, ring_free_from, ring_free_bar);
       return;
     }
   }
@@ -472,12 +257,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     }
     auto make_row = [&](int r) {
       RowInfo ri;
-      ri.valid = row0 + r < rows_in_seq;
+      ri.valid = item.row0 + r < item.rows_in_seq;
       int head;
-      split_row(r, ri.token_slot, head);
-      const int64_t token = first_token + ri.token_slot;
+      item.split_row(r, ri.token_slot, head);
+      const int64_t token = item.first_token + ri.token_slot;
       ri.route = RowRouting{nullptr, -1, 0};
-      if (ri.valid) ri.route = token_routing(a, sp, kv_head, token);
+      if (ri.valid) ri.route = token_routing(a, item.sp, item.kv_head, token);
       return ri;
     };
     // This thread's two rows of the warp's 16-row slab (fragment rows lane / 4 and lane / 4 + 8; all warps share
@@ -489,10 +274,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     // than in registers: the warpgroup tiling runs at its register cap.
     // (Persistent: the helpers' buffer of the item's rows.)
     float2* row_tau_mu =
-        kPersistent ? sTauMu + buf * Cfg::kRows + warp * 16 : reinterpret_cast<float2*>(sBias) + warp * 16;
+        kPersistent ? pi.tau_mu + buf * Cfg::kRows + warp * 16 : reinterpret_cast<float2*>(sBias) + warp * 16;
     // The bias of the current tile's chunks qd = 0..3 per row of this warp: [16][4].
     float* row_bias = sBias + Cfg::kWarps * 32 + warp * 16 * 4;
-    if (!kPersistent && (use_table || kbar_per_tile)) {  // (the producer's tables, then unused, hold them)
+    if (!kPersistent && (plan.use_table || plan.kbar_per_tile)) {  // (the producer's tables, then unused, hold them)
       if (lane % 4 == 0) {
         row_tau_mu[lane / 4] = early_tau_mu[0];
         row_tau_mu[lane / 4 + 8] = early_tau_mu[1];
@@ -623,13 +408,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     if constexpr (kPersistent) {
       // The item's Q, tau / mu and first round of staged k̄ columns are in; with a table, every consumer warp is
       // done reading the previous item's entries (the table is one buffer, laid out per item).
-      mma::mbar_wait(prep_ready_bar, uint32_t(k & 1));
-      if (use_table && k > 0) consumers_sync();
+      mma::mbar_wait(pi.prep_ready_bar, uint32_t(k & 1));
+      if (plan.use_table && k > 0) consumers_sync();
     }
-    if (use_table) {
-      fill_bias_table<Cfg>(TableFill{a, sp, seq, kv_head, warp, lane, g, row_a, row_b, n_pairs, n_tokens_cta, per_tile,
-                                     cursor, sUnion, reinterpret_cast<unsigned char*>(sRing), sTable, stage_kbar,
-                                     kPersistent ? 0u : ring_free_bar, kPersistent ? sKbarStage : nullptr},
+    if (plan.use_table) {
+      fill_bias_table<Cfg>(TableFill{a, item.sp, item.seq, item.kv_head, warp, lane, g, row_a, row_b, plan.n_pairs,
+                                     plan.n_tokens_cta, per_tile, plan.cursor, sUnion,
+                                     reinterpret_cast<unsigned char*>(sRing), sTable, plan.stage_kbar,
+                                     kPersistent ? 0u : ring_free_bar, kPersistent ? pi.kbar_stage : nullptr},
                            q_fragment, group_bias, group_sums,
                            [&](float sum) { return bias_of(sum, row_tau_mu[lane / 4].y); }, consumers_sync);
     }
@@ -672,13 +458,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
         const int64_t c = (k0 >> a.log2_chunk) + qd;
         ba = 0.0f;
         bb = 0.0f;
-        if (use_table) {
-          const float* tp = sTable + (it * per_tile + qd) * n_tokens_cta;
+        if (plan.use_table) {
+          const float* tp = sTable + (it * per_tile + qd) * plan.n_tokens_cta;
           if (row_a.valid && c < row_a.route.diag) ba = tp[row_a.token_slot];
           if (row_b.valid && c < row_b.route.diag) bb = tp[row_b.token_slot];
         } else {
-          const float* ta = kbar_per_tile ? row_bias + (lane / 4) * 4 : stage_bias + row_a.token_slot * 4;
-          const float* tb = kbar_per_tile ? row_bias + (lane / 4 + 8) * 4 : stage_bias + row_b.token_slot * 4;
+          const float* ta = plan.kbar_per_tile ? row_bias + (lane / 4) * 4 : stage_bias + row_a.token_slot * 4;
+          const float* tb = plan.kbar_per_tile ? row_bias + (lane / 4 + 8) * 4 : stage_bias + row_b.token_slot * 4;
           if (row_a.valid && c < row_a.route.diag) ba = ta[qd];
           if (row_b.valid && c < row_b.route.diag) bb = tb[qd];
         }
@@ -776,7 +562,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     // Persistent: the consumers release Q and the staging area to the helpers (item k + 1's preparation) as soon
     // as they hold Q in registers, or else at the item's end.
     bool prep_released = false;
-    if (use_warpgroups) {
+    if (plan.use_warpgroups) {
       // Warpgroup path, software-pipelined over the tiles the warpgroup attends: S = Q K^T of the next tile is
       // issued before P V of the current one, so the tensor cores work on both while the warps run the next
       // tile's softmax; O is rescaled only once that P V has completed. A stage is released after its P V.
@@ -792,7 +578,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 #pragma unroll
         for (int kk = 0; kk < Cfg::kKSteps; ++kk) q_fragment(kk, qa[kk]);
         if constexpr (kPersistent) {
-          mma::mbar_arrive(prep_free_bar);  // (the ldmatrix reads are complete: their registers are in use)
+          mma::mbar_arrive(pi.prep_free_bar);  // (the ldmatrix reads are complete: their registers are in use)
           prep_released = true;
         }
       }
@@ -808,11 +594,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       // attend are waited for and released at once (one arrival per lane and phase, as the producer expects).
       const int wg_bit = 1 << (warp / 4);
       auto acquire = [&](Tile& t) {
-        while (next_it < n_iter) {
+        while (next_it < plan.n_iter) {
           t.it = next_it++;
           const uint32_t pos = ring_pos + uint32_t(t.it);
           t.stage = int(pos % kStages);
-          mma::mbar_wait(full_bar + 8u * t.stage, (pos / kStages) & 1u);
+          mma::mbar_wait(plan.full_bar + 8u * t.stage, (pos / kStages) & 1u);
           const unsigned char* meta = sMeta + size_t(t.stage) * Cfg::kMetaStageBytes;
           if (*reinterpret_cast<const uint32_t*>(meta + 8) & wg_bit) {
             t.tile = *reinterpret_cast<const int64_t*>(meta);
@@ -887,11 +673,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
         }
       }
     } else {
-      for (int it = 0; it < n_iter; ++it) {
+      for (int it = 0; it < plan.n_iter; ++it) {
         const uint32_t pos = ring_pos + uint32_t(it);
         const int stage = int(pos % kStages);
         const uint32_t parity = (pos / kStages) & 1u;
-        const int64_t tile = cursor.next(sUnion);
+        const int64_t tile = plan.cursor.next(sUnion);
         if (Cfg::kTileSplit && stage != warp) continue;  // another warp's stage
         // Mask reads first: their latency overlaps the wait for the tile.
         const uint64_t keys_a = row_tile_keys(row_a.route, words_a, tile, a.chunk, a.log2_chunk, a.dense);
@@ -899,7 +685,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
         const bool need = __any_sync(0xffffffffu, (keys_a | keys_b) != 0ull);
         // Every warp waits for the tile, computing or not: a warp may release a stage only after the round it
         // releases was filled, which keeps exactly one arrival per lane in each phase of the empty barrier.
-        mma::mbar_wait(full_bar + 8u * stage, parity);
+        mma::mbar_wait(plan.full_bar + 8u * stage, parity);
         if (tid == 0 && it == 0) phase_mark(PhaseKernel::kAttend, 6);
         if (need) {
           const uint32_t sK_addr = sRing_addr + uint32_t(stage) * 2u * kTileBytes;
@@ -909,7 +695,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
           float s[8][4];
 #pragma unroll
           for (int i = 0; i < 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
-          if (kbar_per_tile) bias_x(stage, xb);
+          if (plan.kbar_per_tile) bias_x(stage, xb);
 #pragma unroll
           for (int kk = 0; kk < Cfg::kKSteps; ++kk) {
             uint32_t qa[4];
@@ -924,7 +710,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
               mma::mma_16816<Element>(s[2 * np + 1], qa, b[2], b[3]);
             }
           }
-          if (kbar_per_tile) consumer_bias(xb);
+          if (plan.kbar_per_tile) consumer_bias(xb);
           float corr_a, corr_b;
           online_softmax(s, it, stage, tile, keys_a, keys_b, corr_a, corr_b);
           rescale_o(corr_a, corr_b);
@@ -951,9 +737,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       }
     }
     if constexpr (kPersistent) {
-      if (!prep_released) mma::mbar_arrive(prep_free_bar);
-      mma::mbar_arrive(union_free_bar + 8u * buf);  // done with the union, counts and tau / mu of buffer buf
-      ring_pos += uint32_t(n_iter);
+      if (!prep_released) mma::mbar_arrive(pi.prep_free_bar);
+      mma::mbar_arrive(pi.union_free_bar + 8u * buf);  // done with the union, counts and tau / mu of buffer buf
+      ring_pos += uint32_t(plan.n_iter);
     }
 
     if (tid == 0) phase_mark(PhaseKernel::kAttend, 7);
@@ -972,12 +758,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     const float lse_a = l_a > 0.0f ? (m_a + log2f(l_a)) * kLn2 : -INFINITY;
     const float lse_b = l_b > 0.0f ? (m_b + log2f(l_b)) * kLn2 : -INFINITY;
     int token_a, head_a, token_b, head_b;
-    split_row(slab_row + lane / 4, token_a, head_a);
-    split_row(slab_row + lane / 4 + 8, token_b, head_b);
-    write_output_row<Cfg>(a, sp, seq, split, kv_head, first_token + token_a, head_a, row_a.valid, t4, 0, inv_a, lse_a,
-                          acc_o);
-    write_output_row<Cfg>(a, sp, seq, split, kv_head, first_token + token_b, head_b, row_b.valid, t4, 1, inv_b, lse_b,
-                          acc_o);
+    item.split_row(slab_row + lane / 4, token_a, head_a);
+    item.split_row(slab_row + lane / 4 + 8, token_b, head_b);
+    write_output_row<Cfg>(a, item.sp, item.seq, split, item.kv_head, item.first_token + token_a, head_a, row_a.valid,
+                          t4, 0, inv_a, lse_a, acc_o);
+    write_output_row<Cfg>(a, item.sp, item.seq, split, item.kv_head, item.first_token + token_b, head_b, row_b.valid,
+                          t4, 1, inv_b, lse_b, acc_o);
   }  // items
   if (!kPersistent && tid == 0)
     phase_finish(PhaseKernel::kAttend,

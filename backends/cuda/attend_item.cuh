@@ -1,0 +1,186 @@
+// A Stage-2 CTA's row block ("item", attend_kernel.cuh): which sequence, KV head and rows it is; the work that
+// prepares it (its Q copy, the union of its tokens' tiles, tau / mu); and its plan from the union's counts (which
+// path, how many tiles, where the prior bias comes from), which every role of the CTA computes alike. One item per
+// CTA, or with the persistent kernel (attend_persistent.cuh) each of the CTA's items in turn.
+#pragma once
+
+#include <cstdint>
+
+#include "attend_args.cuh"
+#include "attend_config.cuh"
+#include "attend_masks.cuh"
+#include "mma_tiles.cuh"
+
+namespace dashattn::cuda {
+
+template <class Cfg>
+struct AttendItem {
+  using Element = typename Cfg::Element;
+  int g = 1;
+  int seq = 0, kv_head = 0;
+  int64_t row0 = 0, rows_in_seq = 0, first_token = 0, last_token = 0;
+  SequenceSpan sp;
+  // Row r of the item is head (r_off + r) % g of token first_token + (r_off + r) / g (split_row), in 32-bit
+  // arithmetic: with a 64-bit division and offset per 16-byte piece, the Q copy and the union were most of a CTA's
+  // first 2 us.
+  int r_off = 0;
+  bool any_rows = false;
+  int union_words = 0;
+
+  // Row block m_block of (sequence, KV head) y = seq * h_kv + kv_head.
+  __device__ __forceinline__ void begin(const AttendArgs& a, int64_t m_block, int y) {
+    g = a.group;
+    seq = y / a.h_kv;
+    kv_head = y % a.h_kv;
+    row0 = m_block * Cfg::kRows;
+    sp = device_sequence_span(a.batch, seq);
+    rows_in_seq = sp.n_q * g;
+    first_token = row0 / g;
+    r_off = int(row0 - first_token * g);
+    last_token = min((row0 + Cfg::kRows - 1) / g, sp.n_q - 1);
+    any_rows = row0 < rows_in_seq;
+    union_words = any_rows ? int(((sp.n_k - sp.n_q + last_token) / kTileKeys) / 32 + 1) : 0;
+  }
+  __device__ __forceinline__ void split_row(int r, int& token_in_cta, int& head) const {
+    token_in_cta = (r_off + r) / g;
+    head = r_off + r - token_in_cta * g;
+  }
+  __device__ __forceinline__ int n_tokens() const { return any_rows ? int(last_token - first_token + 1) : 0; }
+
+  // Q rows of the item, zero-filled past the sequence, by threads t0, t0 + nt, ... (committed, not waited).
+  __device__ __forceinline__ void copy_q(const AttendArgs& a, Element* sQ, int t0, int nt) const {
+    const Element* q_first = static_cast<const Element*>(a.q.data) +
+                             a.q.offset(sp.batch_index, sp.q_begin + first_token, int64_t(kv_head) * g);
+    const int rows_here = int(::min(int64_t(Cfg::kRows), rows_in_seq - row0));
+    for (int task = t0; task < Cfg::kRows * Cfg::kRowPieces; task += nt) {
+      const int r = task / Cfg::kRowPieces;
+      const int piece = task % Cfg::kRowPieces;
+      int token_in_cta, head;
+      split_row(r, token_in_cta, head);
+      const bool ok = r < rows_here;
+      const Element* src =
+          ok ? q_first + token_in_cta * a.q.stride[1] + head * a.q.stride[2] + piece * 8 : q_first;
+      mma::cp_async_16(sQ + q_swz<Cfg::kRows>(r, piece * 8), src, ok ? 16 : 0);
+    }
+    mma::cp_async_commit();
+  }
+
+  // Union of the tile sets of the item's tokens into words (zeroed): warp w0 of nw takes tokens w0, w0 + nw, ...
+  // (their routing computed once), its lanes the words; the per-token tile counts are summed per warp before one
+  // shared atomic on counts[1] (an atomic per word all hit one address).
+  __device__ __forceinline__ void union_tokens(const AttendArgs& a, uint32_t* words, int* counts, int w0, int nw,
+                                               int lane) const {
+    const int n = int(last_token - first_token + 1);
+    for (int t = w0; t < n; t += nw) {
+      const RowRouting rr = token_routing(a, sp, kv_head, first_token + t);
+      int tiles = 0;
+      for (int w = lane; w < union_words; w += 32) {
+        const uint32_t bits = row_tile_word(rr, w, a.chunk, a.log2_chunk, a.mask_words, a.dense);
+        if (bits) {
+          atomicOr(&words[w], bits);
+          tiles += __popc(bits);
+        }
+      }
+      if constexpr (Cfg::kWgmma) {
+        for (int off = 16; off > 0; off >>= 1) tiles += __shfl_xor_sync(0xffffffffu, tiles, off);
+        if (lane == 0 && tiles) atomicAdd(&counts[1], tiles);
+      }
+    }
+  }
+
+  // The union's tile count into counts[0], by whole warps (threads t0, t0 + nt, ...).
+  __device__ __forceinline__ void count_union(const uint32_t* words, int* counts, int t0, int nt, int lane) const {
+    int local = 0;
+    for (int w = t0; w < union_words; w += nt) local += __popc(words[w]);
+    for (int off = 16; off > 0; off >>= 1) local += __shfl_xor_sync(0xffffffffu, local, off);
+    if (lane == 0 && local) atomicAdd(&counts[0], local);
+  }
+
+  // Stage 1's tau of row r's head and mu of its token (zeros past the sequence).
+  __device__ __forceinline__ float2 tau_mu(const AttendArgs& a, int r) const {
+    float2 tm = make_float2(0.0f, 0.0f);
+    if (row0 + r < rows_in_seq) {
+      int token_in_cta, head;
+      split_row(r, token_in_cta, head);
+      const int64_t token = first_token + token_in_cta;
+      tm.x = static_cast<const float*>(a.tau.data)[row_output_offset(a.tau, sp, kv_head * g + head, token)];
+      tm.y = static_cast<const float*>(a.mu.data)[row_output_offset(a.mu, sp, kv_head, token)];
+    }
+    return tm;
+  }
+};
+
+// What an item runs: its tiles (split z of a row block takes the z-th equal share of the union), the path and the
+// source of the prior bias. CTA-uniform.
+struct ItemPlan {
+  int64_t tile_start = 0, tile_count = 0;
+  int n_iter = 0, n_tokens_cta = 0, n_pairs = 0;
+  bool use_warpgroups = false;  // the warpgroup (wgmma) path, else per warp on mma.sync
+  bool use_table = false;       // consumer bias: the per-CTA table before the main loop
+  bool kbar_per_tile = false;   // consumer bias: per tile from the stage's k̄ rows
+  bool use_records = false;     // the record warp writes each stage's record (and arrives on full_bar)
+  bool producer_table = false;  // the producer's per-stage bias tables (groups that span warps)
+  bool stage_kbar = false;      // the table's k̄ columns staged in shared memory
+  uint32_t full_bar = 0;        // the full barriers the item's tiles complete on
+  TileCursor cursor{0, 0u};     // at the tile of rank tile_start
+};
+
+// The plan from the union's counts (total: tiles in the union; summed: per-token counts summed). per_tile: the
+// chunks of a 64-key tile; full_bar32 / full_bar64: the full barriers without / with the record warp's arrivals.
+template <class Cfg>
+__device__ __forceinline__ ItemPlan plan_item(const AttendArgs& a, const AttendItem<Cfg>& item, const uint32_t* words,
+                                              int split, int per_tile, int64_t total, int64_t summed,
+                                              uint32_t full_bar32, uint32_t full_bar64) {
+  ItemPlan p;
+  p.use_warpgroups = Cfg::kWgmma;
+  if (item.any_rows) {
+    // Warpgroup MMA computes a tile for 4 tokens at once, so it pays only when the tokens mostly share their
+    // tiles: sum of per-token counts >= 0.7 x tokens x union (1 when all share, about rho / (1 - (1 - rho)^8)
+    // for independent masks keeping rho of the chunks, 0.28 at rho = 0.25). Otherwise each warp computes its
+    // own tiles with mma.sync. The warpgroup path runs at about 1.36 x the per-warp rate (dense: 407 vs 300
+    // TFLOP/s on an H200), so with 4 tokens per group it wins from about 3 of 4 tokens per tile.
+    if constexpr (Cfg::kWgmma) p.use_warpgroups = 10 * summed >= 7 * total * (item.last_token - item.first_token + 1);
+    const int64_t per = (total + a.num_splits - 1) / a.num_splits;
+    p.tile_start = ::min(int64_t(split) * per, total);
+    p.tile_count = ::min(per, total - p.tile_start);
+  }
+  p.n_iter = int(p.tile_count);
+  // Consumer-computed bias (the launcher picks that instance only with a prior and 16 % g == 0): the per-CTA table
+  // (entry [pair p = rank in the union * per_tile + chunk of the tile][token slot]) when it fits, else per tile
+  // from the stage's k̄ buffer; the producer's tables only for groups that span warps.
+  const bool bias_on = !a.dense && a.prior != PriorMode::kNone;
+  p.n_tokens_cta = item.n_tokens();
+  p.n_pairs = p.n_iter * per_tile;
+  p.use_table = Cfg::kConsumerBias && int64_t(p.n_pairs) * p.n_tokens_cta <= int64_t(a.bias_table_floats);
+  p.kbar_per_tile = Cfg::kConsumerBias && !p.use_table;
+  // The warpgroup path has no per-tile x = Q k̄^T (an mma.sync inside its wgmma pipeline would wait for the
+  // wgmma, and its registers would crowd the pipeline's): a CTA whose table does not fit computes per warp.
+  if (p.kbar_per_tile) p.use_warpgroups = false;
+  // The persistent kernel's record warp writes records for every item, so that the full barriers' phases run
+  // on across items whichever path an item takes.
+  p.use_records = Cfg::kWgmma && (Cfg::kPersistent || p.use_warpgroups);
+  p.full_bar = p.use_records ? full_bar64 : full_bar32;
+  p.producer_table = bias_on && !p.use_table && !p.kbar_per_tile;
+  // Wide (prefill) tilings build the table from k̄ columns staged in shared memory (the still empty ring, then
+  // released to the producer through ring_free_bar; the persistent kernel's own staging area).
+  p.stage_kbar = !Cfg::kTileSplit && p.use_table;
+  // Every role starts its cursor at the tile of rank tile_start.
+  if (p.tile_count > 0) {
+    int64_t skip = p.tile_start;
+    for (int w = 0; w < item.union_words; ++w) {
+      const uint32_t bits = words[w];
+      const int c = __popc(bits);
+      if (skip < c) {
+        uint32_t b = bits;
+        for (int64_t s = 0; s < skip; ++s) b &= b - 1;
+        p.cursor.word = w;
+        p.cursor.bits = b;
+        break;
+      }
+      skip -= c;
+    }
+  }
+  return p;
+}
+
+}  // namespace dashattn::cuda
