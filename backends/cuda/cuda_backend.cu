@@ -182,6 +182,12 @@ class CudaBackend final : public Backend {
     launch_route(p, route_shape(p), as_stream(p.stream));
   }
 
+  // One launch for both where the decode cluster kernel takes the shape (route.cu).
+  void summarize_and_route(const SummarizeParams& sp, const RouteParams& rp) override {
+    DeviceGuard guard(rp.q.device.index);
+    launch_route(rp, route_shape(rp), as_stream(rp.stream), &sp);
+  }
+
   void attend(const AttendParams& p) override {
     DeviceGuard guard(p.q.device.index);
     launch_attend(p, attend_shape(p), as_stream(p.stream));

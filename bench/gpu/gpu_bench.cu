@@ -260,6 +260,14 @@ Row bench_decode(Backend& be, const Options& o, int64_t n, cudaStream_t st) {
   row.s0 = time_ms(st, o.reps * 3, [&](cudaStream_t s) { sp.stream = s; summarize(be, sp); });
   emit("decode", n, "stage0", row.s0);
   row.s1 = time_ms(st, o.reps * 3, [&](cudaStream_t s) { rp.stream = s; route(be, rp); });
+  // Stages 0 and 1 as one call: the routing launch also summarizes the chunk the token completes, which no query
+  // of the step routes (the token's own chunk), so the step pays one launch for both.
+  const double s01 = time_ms(st, o.reps * 3, [&](cudaStream_t s) {
+    sp.stream = s;
+    rp.stream = s;
+    summarize_and_route(be, sp, rp);
+  });
+  emit("decode", n, "stage01_fused", s01);
   CK(cudaStreamSynchronize(st));
   std::vector<int32_t> act(static_cast<size_t>(b * h_kv));
   CK(cudaMemcpy(act.data(), active.p, act.size() * 4, cudaMemcpyDeviceToHost));
@@ -291,6 +299,7 @@ Row bench_decode(Backend& be, const Options& o, int64_t n, cudaStream_t st) {
   CK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
   CK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
   RouteParams rp_step = rp;
+  bool fused_step = false;
   rp_step.routing.mask = view(mask_routed.p, DType::kU32, {b, h_kv, 1, words});
   for (double s : o.sparsities) {
     double kept = 0;
@@ -302,6 +311,13 @@ Row bench_decode(Backend& be, const Options& o, int64_t n, cudaStream_t st) {
     // The step: Stage 0 on the step's stream (serial), or, as the library's forward() runs a one-token step
     // (whose new chunk no stage of the step reads), on a side stream forked after Stage 1 and joined back.
     auto run_step = [&](cudaStream_t s2, bool beside) {
+      if (fused_step) {
+        sp.stream = s2;
+        rp_step.stream = s2;
+        summarize_and_route(be, sp, rp_step);
+        cuda::launch_attend(apn, shape, ws.p, ws.bytes, s2);
+        return;
+      }
       if (!beside) {
         sp.stream = s2;
         summarize(be, sp);
@@ -324,6 +340,11 @@ Row bench_decode(Backend& be, const Options& o, int64_t n, cudaStream_t st) {
     // The same three stages in order on one stream, for comparison.
     const double serial = time_ms(st, o.reps * 3, [&](cudaStream_t s2) { run_step(s2, false); });
     emit("decode", n, "step_serial", serial, "\"s\":" + std::to_string(s));
+    // Stage 0 inside the routing launch, then Stage 2: two launches on one stream.
+    fused_step = true;
+    const double fused = time_ms(st, o.reps * 3, [&](cudaStream_t s2) { run_step(s2, false); });
+    fused_step = false;
+    emit("decode", n, "step_fused", fused, "\"s\":" + std::to_string(s));
   }
   CK(cudaEventDestroy(fork));
   CK(cudaEventDestroy(join));

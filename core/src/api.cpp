@@ -1,6 +1,8 @@
 // Validated entry points: normalize and check the arguments, check the backend supports them, then run.
 #include "dashattn/dashattn.h"
 
+#include <string>
+
 namespace dashattn {
 namespace {
 
@@ -15,6 +17,28 @@ void require_backend_device(const Backend& be, const TensorView& q) {
 void require_supported(const Backend& be, const ForwardParams& p) {
   const std::string reason = be.unsupported_reason(p);
   if (!reason.empty()) throw Unsupported(be.name(), "", reason);
+}
+
+// Support checks of the single-stage entries: Stage 0 looks at k alone (q and k share dtype, device and head dim),
+// Stage 1 at q and the summaries.
+void require_summarize_supported(const Backend& be, const SummarizeParams& n) {
+  ForwardParams f;
+  f.q = n.k;
+  f.k = n.k;
+  f.v = n.k;
+  f.batch = n.batch;
+  f.method = n.method;
+  require_supported(be, f);
+}
+
+void require_route_supported(const Backend& be, const RouteParams& n) {
+  ForwardParams f;
+  f.q = n.q;
+  f.k = n.summaries;
+  f.v = n.summaries;
+  f.batch = n.batch;
+  f.method = n.method;
+  require_supported(be, f);
 }
 
 }  // namespace
@@ -35,27 +59,41 @@ size_t workspace_size(Backend& backend, const ForwardParams& p) {
 void summarize(Backend& backend, const SummarizeParams& p) {
   const SummarizeParams n = normalize_summarize(p);
   require_backend_device(backend, n.k);
-  ForwardParams f;
-  f.q = n.k;  // the support check looks at dtype, device and head dim, which q and k share
-  f.k = n.k;
-  f.v = n.k;
-  f.batch = n.batch;
-  f.method = n.method;
-  require_supported(backend, f);
+  require_summarize_supported(backend, n);
   backend.summarize(n);
 }
 
 void route(Backend& backend, const RouteParams& p) {
   const RouteParams n = normalize_route(p);
   require_backend_device(backend, n.q);
-  ForwardParams f;
-  f.q = n.q;
-  f.k = n.summaries;
-  f.v = n.summaries;
-  f.batch = n.batch;
-  f.method = n.method;
-  require_supported(backend, f);
+  require_route_supported(backend, n);
   backend.route(n);
+}
+
+void summarize_and_route(Backend& backend, const SummarizeParams& sp, const RouteParams& rp) {
+  const SummarizeParams ns = normalize_summarize(sp);
+  const RouteParams nr = normalize_route(rp);
+  require_backend_device(backend, ns.k);
+  require_backend_device(backend, nr.q);
+  if (ns.method.chunk_size != nr.method.chunk_size) {
+    throw InvalidArgument("sp.method.chunk_size", "rp.method.chunk_size = " + std::to_string(nr.method.chunk_size),
+                          std::to_string(ns.method.chunk_size));
+  }
+  if (ns.stream != nr.stream) {
+    throw InvalidArgument("sp.stream", "rp.stream (the step's two stages run on one stream)", "another stream");
+  }
+  // Routing reads the summaries of chunks before each query's own chunk, so of chunks below the last query's.
+  const ProblemShape s = route_shape(nr);
+  const int64_t last_query_chunk = s.n_k > 0 ? (s.n_k - 1) / s.chunk : 0;
+  if (ns.first_chunk < last_query_chunk) {
+    throw InvalidArgument("sp.first_chunk",
+                          ">= " + std::to_string(last_query_chunk) +
+                              " (the last query's own chunk: routing must not read a summary this Stage 0 writes)",
+                          std::to_string(ns.first_chunk));
+  }
+  require_summarize_supported(backend, ns);
+  require_route_supported(backend, nr);
+  backend.summarize_and_route(ns, nr);
 }
 
 void attend(Backend& backend, const AttendParams& p) {

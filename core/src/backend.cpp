@@ -20,6 +20,11 @@ size_t Backend::attend_scratch_bytes(const ProblemShape&) const { return 0; }
 
 void Backend::attend_with_scratch(const AttendParams& p, const ProblemShape&, void*, size_t) { attend(p); }
 
+void Backend::summarize_and_route(const SummarizeParams& sp, const RouteParams& rp) {
+  summarize(sp);
+  route(rp);
+}
+
 void Backend::summarize_beside(const SummarizeParams& sp, const std::function<void()>& stage1,
                                const std::function<void()>& stage2) {
   summarize(sp);

@@ -337,3 +337,177 @@ TEST_CASE("forward with a caller-owned summary cache and summaries_valid equals 
     }
   }
 }
+
+namespace {
+
+struct FusedCase {
+  int64_t batch, n_q, h_q, h_kv, d, chunk;
+  DType dtype;
+  std::vector<int32_t> varlen_k;  // packed varlen (one sequence per entry, n_q queries each) when non-empty
+  int64_t n_k;                    // keys of a padded batch
+};
+
+// Stage 0 + 1 of a decode step through summarize_and_route and through summarize, then route: the summary cache
+// and every routing output bit for bit. The cache's chunks from the step's first chunk on start as NaN, so a chunk
+// the fused call failed to write (or wrote elsewhere) shows.
+void check_fused_step(Backend& be, const FusedCase& fc, uint64_t seed) {
+  ref::ProblemSpec spec;
+  spec.h_q = fc.h_q;
+  spec.h_kv = fc.h_kv;
+  spec.d = fc.d;
+  spec.dtype = fc.dtype;
+  spec.seed = seed;
+  spec.q_std = 3.0;  // scores spread over several units: sparse routing
+  if (fc.varlen_k.empty()) {
+    spec.batch = fc.batch;
+    spec.n_q = fc.n_q;
+    spec.n_k = fc.n_k;
+  } else {
+    spec.varlen_k = fc.varlen_k;
+    spec.varlen_q.assign(fc.varlen_k.size(), static_cast<int32_t>(fc.n_q));
+  }
+  const ref::Problem pr = ref::make_problem(spec);
+  const ref::DeviceProblem dev = ref::upload_problem(be, pr);
+  const int64_t seqs = pr.num_sequences(), n_k = pr.padded_n_k(), C = fc.chunk;
+  const int64_t chunks = n_k / C, words = mask_words(n_k, C), rows = pr.rows_q();
+  const int64_t first = (n_k - 1) / C;  // the last query's own chunk
+  MethodParams m;
+  m.chunk_size = C;
+  m.gamma = 8.0f;
+
+  // Every chunk's summary, then the step's starting cache: chunks before `first` valid, the rest NaN.
+  ref::HostTensor full = ref::make_host_tensor(fc.dtype, {seqs, std::max<int64_t>(chunks, 1), fc.h_kv, fc.d});
+  ref::DeviceTensor dfull = ref::upload(be, full);
+  SummarizeParams all;
+  all.k = dev.k.view;
+  all.summary_query = dev.summary_query.view;
+  all.summaries = dfull.view;
+  all.batch = dev.layout;
+  all.method = m;
+  summarize(be, all);
+  ref::download(be, dfull, full);
+  ref::HostTensor start = full;
+  const int64_t es = dtype_size(fc.dtype);
+  for (int64_t s = 0; s < seqs; ++s)
+    for (int64_t c = first; c < pr.span(s).n_k / C; ++c)
+      std::memset(start.bytes.data() + start.view.offset(s, c, 0, 0) * es, 0xff,
+                  static_cast<size_t>(fc.h_kv * fc.d * es));
+
+  struct Outputs {
+    ref::HostTensor cache, mask, tau, mu, active;
+  };
+  auto run = [&](bool fused) {
+    Outputs o;
+    o.cache = start;
+    const bool varlen = pr.varlen();
+    o.mask = varlen ? ref::make_host_tensor(DType::kU32, {fc.h_kv, rows, words})
+                    : ref::make_host_tensor(DType::kU32, {seqs, fc.h_kv, fc.n_q, words});
+    o.tau = varlen ? ref::make_host_tensor(DType::kF32, {fc.h_q, rows})
+                   : ref::make_host_tensor(DType::kF32, {seqs, fc.h_q, fc.n_q});
+    o.mu = varlen ? ref::make_host_tensor(DType::kF32, {fc.h_kv, rows})
+                  : ref::make_host_tensor(DType::kF32, {seqs, fc.h_kv, fc.n_q});
+    o.active = varlen ? ref::make_host_tensor(DType::kI32, {fc.h_kv, rows})
+                      : ref::make_host_tensor(DType::kI32, {seqs, fc.h_kv, fc.n_q});
+    ref::DeviceTensor dc = ref::upload(be, o.cache), dm = ref::upload(be, o.mask), dt = ref::upload(be, o.tau),
+                      du = ref::upload(be, o.mu), da = ref::upload(be, o.active);
+    SummarizeParams sp = all;
+    sp.summaries = dc.view;
+    sp.first_chunk = first;
+    RouteParams rp;
+    rp.q = dev.q.view;
+    rp.summaries = dc.view;
+    rp.n_k = n_k;
+    rp.batch = dev.layout;
+    rp.method = m;
+    rp.routing.mask = dm.view;
+    rp.routing.tau = dt.view;
+    rp.routing.mu = du.view;
+    rp.routing.active_chunks = da.view;
+    if (fused) {
+      summarize_and_route(be, sp, rp);
+    } else {
+      summarize(be, sp);
+      route(be, rp);
+    }
+    ref::download(be, dc, o.cache);
+    ref::download(be, dm, o.mask);
+    ref::download(be, dt, o.tau);
+    ref::download(be, du, o.mu);
+    ref::download(be, da, o.active);
+    return o;
+  };
+  const Outputs a = run(false), b = run(true);
+  CHECK(b.cache.bytes == full.bytes);  // every chunk written, bitwise the full Stage 0's
+  CHECK(a.cache.bytes == b.cache.bytes);
+  CHECK(a.mask.bytes == b.mask.bytes);
+  CHECK(a.tau.bytes == b.tau.bytes);
+  CHECK(a.mu.bytes == b.mu.bytes);
+  CHECK(a.active.bytes == b.active.bytes);
+}
+
+}  // namespace
+
+TEST_CASE("summarize_and_route equals summarize then route, bit for bit; a step that reads what it writes is refused") {
+  const std::vector<Backend*> backends = ref::available_backends();
+  REQUIRE(!backends.empty());
+  // Decode shapes (n_k a multiple of C, so the step completes a chunk) and some that complete none; GQA 1 to 16,
+  // head dims 64 / 128 / 256, chunk sizes 16 to 128, padded and packed varlen batches.
+  const std::vector<FusedCase> cases = {
+      {3, 1, 32, 2, 128, 64, DType::kBF16, {}, 4096},
+      {2, 1, 16, 1, 64, 16, DType::kF16, {}, 1024},
+      {2, 2, 8, 1, 256, 32, DType::kBF16, {}, 640},
+      {1, 3, 4, 1, 64, 128, DType::kBF16, {}, 768},
+      {2, 1, 4, 4, 128, 64, DType::kF16, {}, 4000},
+      {4, 1, 16, 2, 128, 64, DType::kBF16, {}, 64},
+      {0, 1, 16, 2, 128, 64, DType::kBF16, {2048, 1984, 2047, 64}, 0},
+  };
+  for (Backend* be : backends) {
+    for (const FusedCase& fc : cases) {
+      INFO(be->name() << " g " << fc.h_q / fc.h_kv << " d " << fc.d << " C " << fc.chunk << " n_q " << fc.n_q
+                      << " n_k " << (fc.varlen_k.empty() ? fc.n_k : -1) << " " << dtype_name(fc.dtype));
+      check_fused_step(*be, fc, 11 + fc.d + fc.chunk);
+    }
+
+    // Routing would read a summary this Stage 0 writes: refused before anything runs.
+    ref::ProblemSpec spec;
+    spec.batch = 1;
+    spec.n_q = 2;
+    spec.n_k = 128;
+    spec.h_q = 4;
+    spec.h_kv = 1;
+    spec.d = 64;
+    const ref::Problem pr = ref::make_problem(spec);
+    const ref::DeviceProblem dev = ref::upload_problem(*be, pr);
+    ref::HostTensor cache = ref::make_host_tensor(DType::kBF16, {1, 8, 1, 64});
+    ref::HostTensor mask = ref::make_host_tensor(DType::kU32, {1, 1, 2, 1});
+    ref::HostTensor tau = ref::make_host_tensor(DType::kF32, {1, 4, 2}), mu = ref::make_host_tensor(DType::kF32, {1, 1, 2});
+    ref::DeviceTensor dc = ref::upload(*be, cache), dm = ref::upload(*be, mask), dt = ref::upload(*be, tau),
+                      du = ref::upload(*be, mu);
+    SummarizeParams sp;
+    sp.k = dev.k.view;
+    sp.summary_query = dev.summary_query.view;
+    sp.summaries = dc.view;
+    sp.method.chunk_size = 16;
+    sp.first_chunk = 6;  // the last query (key 127) is in chunk 7 and routes chunk 6
+    RouteParams rp;
+    rp.q = dev.q.view;
+    rp.summaries = dc.view;
+    rp.n_k = 128;
+    rp.method.chunk_size = 16;
+    rp.routing.mask = dm.view;
+    rp.routing.tau = dt.view;
+    rp.routing.mu = du.view;
+    try {
+      summarize_and_route(*be, sp, rp);
+      FAIL("a step whose routing reads what its Stage 0 writes was accepted");
+    } catch (const InvalidArgument& e) {
+      CHECK(std::string(e.what()).find("sp.first_chunk") != std::string::npos);
+    }
+    sp.first_chunk = 7;
+    sp.method.chunk_size = 32;
+    CHECK_THROWS_AS(summarize_and_route(*be, sp, rp), InvalidArgument);
+    sp.method.chunk_size = 16;
+    CHECK_NOTHROW(summarize_and_route(*be, sp, rp));
+    be->synchronize(nullptr);
+  }
+}
