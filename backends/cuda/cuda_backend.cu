@@ -182,10 +182,16 @@ class CudaBackend final : public Backend {
     launch_route(p, route_shape(p), as_stream(p.stream));
   }
 
-  // One launch for both where the decode cluster kernel takes the shape (route.cu).
+  // Stage 0 on the side stream beside Stage 1 (see beside()).
   void summarize_and_route(const SummarizeParams& sp, const RouteParams& rp) override {
-    DeviceGuard guard(rp.q.device.index);
-    launch_route(rp, route_shape(rp), as_stream(rp.stream), &sp);
+    const int device = rp.q.device.index;
+    DeviceGuard guard(device);
+    if (device < 0 || device >= kMaxDevices) {
+      Backend::summarize_and_route(sp, rp);
+      return;
+    }
+    beside(device, as_stream(rp.stream), [&](cudaStream_t side) { launch_summarize(sp, side); },
+           [&]() { launch_route(rp, route_shape(rp), as_stream(rp.stream)); });
   }
 
   void attend(const AttendParams& p) override {
@@ -254,9 +260,7 @@ class CudaBackend final : public Backend {
  protected:
   size_t attend_scratch_bytes(const ProblemShape& s) const override { return attend_workspace_bytes(s); }
 
-  // A decode step's Stage 0 (one small kernel, latency-bound) on a second stream beside Stage 2: forked from the
-  // caller's stream by an event once Stage 1 is enqueued and joined back the same way, so the step still orders
-  // as one unit on that stream and stays capturable in a CUDA graph (the fork and join become graph edges).
+  // A decode step's Stage 0 (one small kernel, latency-bound) on a second stream beside Stage 2 (see beside()).
   // Forked before Stage 1, its CTAs took multiprocessors that Stage 1's thread-block clusters wait for (a 64K step
   // on an H100: 82.8 → 77.4 us with the fork after Stage 1); Stage 2's grid leaves room beside it.
   void summarize_beside(const SummarizeParams& sp, const std::function<void()>& stage1,
@@ -268,7 +272,15 @@ class CudaBackend final : public Backend {
       return;
     }
     stage1();
-    const cudaStream_t main = as_stream(sp.stream);
+    beside(device, as_stream(sp.stream), [&](cudaStream_t side) { launch_summarize(sp, side); }, stage2);
+  }
+
+ private:
+  // side(side stream) runs on a backend-owned second stream beside main_work on `main`: forked from `main` by an
+  // event and joined back the same way, so the work still orders as one unit on that stream and stays capturable
+  // in a CUDA graph (the fork and join become graph edges).
+  template <typename Side, typename Main>
+  void beside(int device, cudaStream_t main, Side&& side, Main&& main_work) {
     // One fork/join at a time per device: the side stream and its events are shared by the callers' streams.
     std::lock_guard<std::mutex> lock(beside_mutex_[device]);
     Beside& b = beside_[device];
@@ -285,8 +297,8 @@ class CudaBackend final : public Backend {
       return err;
     };
     try {
-      launch_summarize(sp, b.stream);
-      stage2();
+      side(b.stream);
+      main_work();
     } catch (...) {
       join();  // whatever happened, the side stream is joined back: a capture with an unjoined stream cannot end
       throw;
@@ -294,6 +306,7 @@ class CudaBackend final : public Backend {
     DASHATTN_CUDA_CHECK(join());
   }
 
+ protected:
   void attend_with_scratch(const AttendParams& p, const ProblemShape& s, void* scratch, size_t bytes) override {
     launch_attend(p, s, scratch, bytes, as_stream(p.stream));
   }

@@ -48,11 +48,8 @@ namespace cuda {
 
 // Stage 0 (summarize.cu): summaries of chunks [first_chunk, n_k_s / C) of every sequence.
 void launch_summarize(const SummarizeParams& p, cudaStream_t stream);
-// Stage 1 (route.cu): mask, tau, mu, active_chunks. s = route_shape(p). With stage0 (a step's Stage 0 whose
-// chunks no query of p routes, see Backend::summarize_and_route), Stage 0 too: in the routing launch where the
-// decode cluster kernel runs, else as its own launch.
-void launch_route(const RouteParams& p, const ProblemShape& s, cudaStream_t stream,
-                  const SummarizeParams* stage0 = nullptr);
+// Stage 1 (route.cu): mask, tau, mu, active_chunks. s = route_shape(p).
+void launch_route(const RouteParams& p, const ProblemShape& s, cudaStream_t stream);
 // Stage 2 (attend_*.cu): prefill and decode sparse attention. s = attend_shape(p).
 void launch_attend(const AttendParams& p, const ProblemShape& s, cudaStream_t stream);
 // Dense causal baseline (dense_*.cu). s = shape of p as for attend (scale resolved).

@@ -33,15 +33,8 @@ inline float route_x_scale(float alpha, float gamma, int64_t d) {
                             std::sqrt(static_cast<double>(d)));
 }
 
-namespace stage0 {
-struct SummarizeArgs;
-}
-
-// Returns whether the launch also ran s0 (a step's Stage 0 that no query of p routes; may be null): only the
-// decode cluster kernel carries it, else the caller launches Stage 0 itself.
 template <int kHeadDim, typename T>
-bool route_instance(const RouteParams& p, const ProblemShape& s, cudaStream_t stream,
-                    const stage0::SummarizeArgs* s0);
+void route_instance(const RouteParams& p, const ProblemShape& s, cudaStream_t stream);
 
 }  // namespace cuda
 }  // namespace dashattn

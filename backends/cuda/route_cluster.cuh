@@ -31,7 +31,6 @@
 #include "mma_sm80.cuh"
 #include "phase_clocks.cuh"
 #include "route_fast.cuh"
-#include "summarize_chunk.cuh"
 
 namespace dashattn {
 namespace cuda {
@@ -211,9 +210,17 @@ __device__ __forceinline__ double warp_entmax_threshold(const float* x, int n, d
   return m + t;
 }
 
-// One CTA's routing work (every CTA of the cluster runs it; its returns are CTA-uniform).
+// Resident CTAs per multiprocessor: at head dims up to 128, four (at most 128 registers; 104-110 are used), which
+// a decode launch's shared memory allows. A cluster of 8 CTAs must fit in one GPC: at three per multiprocessor the
+// 48 clusters of the benchmark's step (b = 24, h_kv = 2) did not all fit at once on an H100 and the routing took
+// two waves (20 → 32 us at 32K, seen when an experiment raised the kernel to 135 registers; perf-log.md,
+// thirteenth pass). Above 128, three: the register cap it implies (170) keeps every instance free of spills.
+template <int kHeadDim>
+constexpr int route_cluster_min_blocks() { return kHeadDim <= 128 ? 4 : 3; }
+
 template <int kHeadDim, typename T>
-__device__ __forceinline__ void route_cluster_cta(const RouteArgs& a, const ClusterArgs& ca) {
+__global__ void __launch_bounds__(kThreads, route_cluster_min_blocks<kHeadDim>())
+    route_cluster_kernel(RouteArgs a, ClusterArgs ca) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   namespace cg = cooperative_groups;
   using C = Config<kHeadDim>;
@@ -590,41 +597,6 @@ __device__ __forceinline__ void route_cluster_cta(const RouteArgs& a, const Clus
     if (a.active.defined()) *a.active.ptr<int32_t>(sp.batch_index, r, sp.q_begin + t) = real ? n + 1 : 0;
   }
   if (tid == 0) phase_finish(PhaseKernel::kRouteCluster, kPhaseNames);
-#endif
-}
-
-// Which rank of a cluster of `nctas` summarizes the step's j-th new chunk: the highest ranks first, since rank 0
-// stays longest (it adds the other ranks' partial sums for μ).
-__host__ __device__ inline int stage0_rank(int64_t j, int nctas) { return nctas - 1 - static_cast<int>(j % nctas); }
-
-// Resident CTAs per multiprocessor: at head dims up to 128, four (at most 128 registers), which the shared memory
-// of a decode launch allows. A cluster of 8 CTAs must fit in one GPC: at three per multiprocessor the 48 clusters
-// of the benchmark's step (b = 24, h_kv = 2) did not all fit at once on an H100, and the routing took two waves
-// (20 → 32 us at 32K, when the Stage-0 work below first raised the kernel from 110 to 135 registers). Above 128,
-// three: the register cap it implies (170) keeps every instance free of spills.
-template <int kHeadDim>
-constexpr int route_cluster_min_blocks() { return kHeadDim <= 128 ? 4 : 3; }
-
-// s0.todo > 0: the kernel also runs the step's Stage 0 for its (sequence, KV head), which the launcher allows only
-// when no query of the launch routes a chunk that Stage 0 writes (a decode step's new chunk is its own query's
-// diagonal chunk). The chunk's keys are asked into L2 at entry; the rank that summarizes it does so once its
-// routing work is done, in the staging buffer, which is free by then (see route_cluster_cta's exchanges).
-template <int kHeadDim, typename T>
-__global__ void __launch_bounds__(kThreads, route_cluster_min_blocks<kHeadDim>())
-    route_cluster_kernel(RouteArgs a, ClusterArgs ca, stage0::SummarizeArgs s0) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  static_assert(kThreads == stage0::kThreads, "a routing CTA runs the Stage-0 chunk work as it is");
-  const int rank = static_cast<int>(cooperative_groups::this_cluster().block_rank());
-  const int r = blockIdx.y;
-  const int64_t seq = blockIdx.z;
-  for (int64_t j = 0; j < s0.todo; ++j) {
-    if (stage0_rank(j, ca.ctas) == rank) stage0::prefetch_chunk_keys(s0, s0.first_chunk + j, r, seq);
-  }
-  route_cluster_cta<kHeadDim, T>(a, ca);
-  extern __shared__ __align__(16) unsigned char smem[];
-  for (int64_t j = 0; j < s0.todo; ++j) {
-    if (stage0_rank(j, ca.ctas) == rank) stage0::summarize_chunk<T>(s0, s0.first_chunk + j, r, seq, smem);
-  }
 #else
   __trap();  // launched only on devices whose image holds the sm_90 code (see route_launch.cuh)
 #endif

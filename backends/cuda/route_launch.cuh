@@ -43,11 +43,8 @@ bool cluster_route_available() {
 // on the device (every sequence is the launch's shape) and the solving CTA holds every chunk of a row (whole rows,
 // or a gather buffer that large: no candidate overflow): the multi-pass launch, which would only find no mark,
 // is then skipped.
-// s0 (may be null): a step's Stage 0 to run in the same launch (see route_cluster_kernel); *s0_done tells whether
-// it did.
 template <int kHeadDim, typename T>
-bool launch_cluster_route(const RouteArgs& a, const ProblemShape& s, cudaStream_t stream, bool* may_hand_over,
-                          const stage0::SummarizeArgs* s0, bool* s0_done) {
+bool launch_cluster_route(const RouteArgs& a, const ProblemShape& s, cudaStream_t stream, bool* may_hand_over) {
   using C = Config<kHeadDim>;
   constexpr int kMaxRows = (kClusterMaxRows / 16 < C::kMTiles ? kClusterMaxRows / 16 : C::kMTiles) * 16;
   const int64_t rows = s.n_q * s.group;
@@ -78,15 +75,7 @@ bool launch_cluster_route(const RouteArgs& a, const ProblemShape& s, cudaStream_
   attr[0].val.clusterDim.z = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  // The Stage-0 work shares the routing grid's (sequence, KV head) axes and runs in the staging buffer.
-  stage0::SummarizeArgs fused{};
-  *s0_done = false;
-  if (s0 != nullptr && s0->todo > 0 && s0->batch_count == s.batch && s0->h_kv == s.h_kv &&
-      stage0::scratch_bytes(s0->chunk, s0->d) <= ClusterSmem<kHeadDim>::kStageBytes) {
-    fused = *s0;
-    *s0_done = true;
-  }
-  DASHATTN_CUDA_CHECK(cudaLaunchKernelEx(&cfg, route_cluster_kernel<kHeadDim, T>, a, ca, fused));
+  DASHATTN_CUDA_CHECK(cudaLaunchKernelEx(&cfg, route_cluster_kernel<kHeadDim, T>, a, ca));
   DASHATTN_CUDA_CHECK_LAUNCH();
   const bool lengths_on_device = a.batch.cu_seqlens_q != nullptr || a.batch.cu_seqlens_k != nullptr ||
                                  a.batch.seqlens_q != nullptr || a.batch.seqlens_k != nullptr;
@@ -98,8 +87,7 @@ bool launch_cluster_route(const RouteArgs& a, const ProblemShape& s, cudaStream_
 }  // namespace route_detail
 
 template <int kHeadDim, typename T>
-bool route_instance(const RouteParams& p, const ProblemShape& s, cudaStream_t stream,
-                    const stage0::SummarizeArgs* s0) {
+void route_instance(const RouteParams& p, const ProblemShape& s, cudaStream_t stream) {
   using namespace route_detail;
   using C = Config<kHeadDim>;
   static_assert(kHeadDim % 16 == 0, "head dims are multiples of 16");
@@ -126,7 +114,7 @@ bool route_instance(const RouteParams& p, const ProblemShape& s, cudaStream_t st
   a.summaries_vec16 = addr % 16 == 0 && p.summaries.stride[0] % 8 == 0 && p.summaries.stride[1] % 8 == 0 &&
                       p.summaries.stride[2] % 8 == 0;
   const int64_t blocks_x = ceil_div(s.n_q, a.tokens_per_block);
-  if (blocks_x == 0 || s.batch == 0) return false;
+  if (blocks_x == 0 || s.batch == 0) return;
   if (s.h_kv > kMaxGridYZ || s.batch > kMaxGridYZ) {
     throw Unsupported("cuda", "q", "more than 65535 KV heads or sequences in one call");
   }
@@ -135,11 +123,10 @@ bool route_instance(const RouteParams& p, const ProblemShape& s, cudaStream_t st
   const auto q_addr = reinterpret_cast<uintptr_t>(p.q.data);
   const bool q_vec16 =
       q_addr % 16 == 0 && p.q.stride[0] % 8 == 0 && p.q.stride[1] % 8 == 0 && p.q.stride[2] % 8 == 0;
-  bool may_hand_over = true, s0_done = false;
-  if (a.summaries_vec16 && q_vec16 &&
-      launch_cluster_route<kHeadDim, T>(a, s, stream, &may_hand_over, s0, &s0_done)) {
+  bool may_hand_over = true;
+  if (a.summaries_vec16 && q_vec16 && launch_cluster_route<kHeadDim, T>(a, s, stream, &may_hand_over)) {
     // Decode: the cluster kernel did every (sequence, KV head) except those it marked for the multi-pass kernel.
-    if (!may_hand_over) return s0_done;
+    if (!may_hand_over) return;
     a.only_flagged = true;
   } else if (a.summaries_vec16 && q_vec16 && a.x_scale > 0.0f) {
     // Blocks of one warp's rows (decode) are few and latency-bound: a deeper ring and longer lists. Prefill keeps
@@ -162,7 +149,6 @@ bool route_instance(const RouteParams& p, const ProblemShape& s, cudaStream_t st
                                            static_cast<int>(smem)));
   route_kernel<kHeadDim, T><<<grid, kThreads, smem, stream>>>(a);
   DASHATTN_CUDA_CHECK_LAUNCH();
-  return s0_done;
 }
 
 }  // namespace cuda

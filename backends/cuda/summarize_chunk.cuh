@@ -1,11 +1,9 @@
 // Stage 0's work for one chunk, on one CTA of 128 threads:
 //   k̄_c = Σ_t softmax_t(⟨q̄_r, k_t⟩ / sqrt(d)) · k_t
-// in fp32, stored rounded to the key dtype. Two launches run it: the Stage-0 kernel (summarize.cu, a CTA per
-// chunk) and the decode routing kernel (route_cluster.cuh), which carries a step's Stage 0 in the CTAs that
-// finish routing early, so that a one-token step pays one launch for Stages 0 and 1. Both call the same function
-// with the same reduction orders (butterfly shuffles for the dot products, a sequential sum over the chunk's
-// keys), and a chunk's summary reads nothing but that chunk's keys: a summary is bitwise the same whichever
-// launch computed it, in prefill or in decoding.
+// in fp32, stored rounded to the key dtype, with fixed reduction orders (butterfly shuffles for the dot products, a
+// sequential sum over the chunk's keys). A chunk's summary reads nothing but that chunk's keys, so it is bitwise
+// the same whichever launch computes it, in prefill or in decoding. The Stage-0 kernel (summarize.cu) runs it a
+// CTA per chunk; any other launch that carries Stage-0 work must call this function to keep those bits.
 #pragma once
 
 #include <cmath>
@@ -79,20 +77,6 @@ inline SummarizeArgs summarize_args(const SummarizeParams& p) {
   a.d = static_cast<int>(d);
   a.inv_sqrt_d = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
   return a;
-}
-
-// Asks L2 for chunk c's keys of KV head r in sequence s, so that a later summarize_chunk of it finds them there
-// (the routing kernel issues this at entry and summarizes at its end). A hint only: nothing waits for it.
-__device__ __forceinline__ void prefetch_chunk_keys(const SummarizeArgs& a, int64_t c, int r, int64_t s) {
-  const SequenceSpan sp = device_sequence_span(a.batch, s);
-  if (!a.vector_copy || c >= num_complete_chunks(sp.n_k, a.chunk)) return;
-  const int lines = (a.d * 2 + 127) / 128;  // 128-byte lines per key row
-  const int64_t key0 = sp.k_begin + c * a.chunk;
-  for (int i = threadIdx.x; i < a.chunk * lines; i += kThreads) {
-    const char* line = reinterpret_cast<const char*>(a.k.ptr<__half>(sp.batch_index, key0 + i / lines, r, 0)) +
-                       (i % lines) * 128;
-    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(line));
-  }
 }
 
 // Chunk c's summary for KV head r of sequence s (nothing for a chunk the sequence has not completed). `smem`

@@ -260,8 +260,8 @@ Row bench_decode(Backend& be, const Options& o, int64_t n, cudaStream_t st) {
   row.s0 = time_ms(st, o.reps * 3, [&](cudaStream_t s) { sp.stream = s; summarize(be, sp); });
   emit("decode", n, "stage0", row.s0);
   row.s1 = time_ms(st, o.reps * 3, [&](cudaStream_t s) { rp.stream = s; route(be, rp); });
-  // Stages 0 and 1 as one call: the routing launch also summarizes the chunk the token completes, which no query
-  // of the step routes (the token's own chunk), so the step pays one launch for both.
+  // Stages 0 and 1 as one call: Stage 0 (the chunk the token completes, which no query of the step routes: the
+  // token's own chunk) beside Stage 1 on a second stream.
   const double s01 = time_ms(st, o.reps * 3, [&](cudaStream_t s) {
     sp.stream = s;
     rp.stream = s;
@@ -340,7 +340,7 @@ Row bench_decode(Backend& be, const Options& o, int64_t n, cudaStream_t st) {
     // The same three stages in order on one stream, for comparison.
     const double serial = time_ms(st, o.reps * 3, [&](cudaStream_t s2) { run_step(s2, false); });
     emit("decode", n, "step_serial", serial, "\"s\":" + std::to_string(s));
-    // Stage 0 inside the routing launch, then Stage 2: two launches on one stream.
+    // Stage 0 beside Stage 1 (summarize_and_route), then Stage 2.
     fused_step = true;
     const double fused = time_ms(st, o.reps * 3, [&](cudaStream_t s2) { run_step(s2, false); });
     fused_step = false;

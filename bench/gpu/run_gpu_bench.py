@@ -81,8 +81,8 @@ def main():
         if mode == "decode":
             out.append("")
             out.append("Decode, b = 24, one new token (S2 with split-KV; total = Stage 0+1 + S2, timed as two graphs: "
-                       "Stage 0+1 is one launch, summarize_and_route, whose routing kernel also summarizes the chunk "
-                       "the token completes; step = the three stages captured as one graph, as an engine replays a "
+                       "Stage 0+1 is summarize_and_route, which runs Stage 0 (the chunk the token completes) beside "
+                       "Stage 1; step = the three stages captured as one graph, as an engine replays a "
                        "step, with Stage 0 beside Stage 2 as forward() runs it; "
                        "speedup = best dense / total and / step):")
             out.append("")
@@ -97,7 +97,7 @@ def main():
             s0, s1 = get(mode, n, "stage0"), get(mode, n, "stage1")
             s01 = (s0 or 0) + (s1 or 0) if s0 is not None and s1 is not None else None
             if get(mode, n, "stage01_fused") is not None:
-                s01 = get(mode, n, "stage01_fused")  # decode: Stages 0 and 1 in one launch
+                s01 = get(mode, n, "stage01_fused")  # decode: Stages 0 and 1 in one call
             real = next((r.get("real_sparsity") for r in ours if r.get("mode") == mode and r.get("n") == n
                          and r.get("what") == "stage1"), None)
             extra = next((r.get("gb") for r in ours if r.get("mode") == mode and r.get("n") == n

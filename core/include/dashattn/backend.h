@@ -43,7 +43,7 @@ class Backend {
   virtual void dense_attention(const DenseParams& p) = 0;
   // Stage 0 (sp) and Stage 1 (rp) of one step, where no query of rp routes a chunk that sp writes (checked by the
   // free function summarize_and_route): a decode step's new chunk is its own query's diagonal chunk. A GPU backend
-  // may run both in one launch; the default runs summarize, then route.
+  // may run them side by side; the default runs summarize, then route.
   virtual void summarize_and_route(const SummarizeParams& sp, const RouteParams& rp);
 
   // Whole forward. The default composes the three stages over a workspace carved by plan_workspace(), followed

@@ -26,7 +26,7 @@ void forward(Backend& backend, const ForwardParams& p);
 size_t workspace_size(Backend& backend, const ForwardParams& p);
 void summarize(Backend& backend, const SummarizeParams& p);
 void route(Backend& backend, const RouteParams& p);
-// Stages 0 and 1 of a step in one call (one launch on the CUDA backend's decode path). Valid when no query of rp
+// Stages 0 and 1 of a step in one call (on the CUDA backend Stage 0 runs beside Stage 1). Valid when no query of rp
 // routes a chunk that sp writes: sp.first_chunk at or after the last query's own chunk, as in a decode step of one
 // token per sequence; the two share the summary tensor, chunk size and sequences. Throws InvalidArgument otherwise.
 void summarize_and_route(Backend& backend, const SummarizeParams& sp, const RouteParams& rp);
