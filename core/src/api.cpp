@@ -19,25 +19,16 @@ void require_supported(const Backend& be, const ForwardParams& p) {
   if (!reason.empty()) throw Unsupported(be.name(), "", reason);
 }
 
-// Support checks of the single-stage entries: Stage 0 looks at k alone (q and k share dtype, device and head dim),
-// Stage 1 at q and the summaries.
-void require_summarize_supported(const Backend& be, const SummarizeParams& n) {
+// Support check of a single-stage entry, whose inputs are q and one key-side tensor (Stage 0: k for both, as q and k
+// share dtype, device and head dim; Stage 1: q and the summaries).
+void require_stage_supported(const Backend& be, const TensorView& q, const TensorView& keys, const BatchLayout& batch,
+                             const MethodParams& method) {
   ForwardParams f;
-  f.q = n.k;
-  f.k = n.k;
-  f.v = n.k;
-  f.batch = n.batch;
-  f.method = n.method;
-  require_supported(be, f);
-}
-
-void require_route_supported(const Backend& be, const RouteParams& n) {
-  ForwardParams f;
-  f.q = n.q;
-  f.k = n.summaries;
-  f.v = n.summaries;
-  f.batch = n.batch;
-  f.method = n.method;
+  f.q = q;
+  f.k = keys;
+  f.v = keys;
+  f.batch = batch;
+  f.method = method;
   require_supported(be, f);
 }
 
@@ -59,14 +50,14 @@ size_t workspace_size(Backend& backend, const ForwardParams& p) {
 void summarize(Backend& backend, const SummarizeParams& p) {
   const SummarizeParams n = normalize_summarize(p);
   require_backend_device(backend, n.k);
-  require_summarize_supported(backend, n);
+  require_stage_supported(backend, n.k, n.k, n.batch, n.method);
   backend.summarize(n);
 }
 
 void route(Backend& backend, const RouteParams& p) {
   const RouteParams n = normalize_route(p);
   require_backend_device(backend, n.q);
-  require_route_supported(backend, n);
+  require_stage_supported(backend, n.q, n.summaries, n.batch, n.method);
   backend.route(n);
 }
 
@@ -91,8 +82,8 @@ void summarize_and_route(Backend& backend, const SummarizeParams& sp, const Rout
                               " (the last query's own chunk: routing must not read a summary this Stage 0 writes)",
                           std::to_string(ns.first_chunk));
   }
-  require_summarize_supported(backend, ns);
-  require_route_supported(backend, nr);
+  require_stage_supported(backend, ns.k, ns.k, ns.batch, ns.method);
+  require_stage_supported(backend, nr.q, nr.summaries, nr.batch, nr.method);
   backend.summarize_and_route(ns, nr);
 }
 
