@@ -5,12 +5,14 @@
 //
 // Why the lists suffice: τ ≥ m − 1 for a row with maximum m, so only x > m − 1 can carry weight, and a chunk's
 // group weight is non-zero only if it is a candidate of some head. The sweep appends x > m' − 1 − margin with the
-// chunk id to a per-row list, in chunk order, where m' is the row's maximum over the chunks scored so far (m' ≤ m,
-// so the list holds every final candidate, plus stale entries that the row's maximum later overtook; they are
-// dropped before the solve). A list about to overflow is first compacted against the current maximum; a row
-// whose candidates still do not fit hands the whole block to the multi-pass kernel (route_kernels.cuh), which
-// then recomputes it from scratch. (On the synthetic benchmark problem at 64K tokens a row lists 2.6 final
-// candidates and 6.9 entries in all on average, at most 36 of the 48 that fit.)
+// chunk id to a per-row list, where m' is the row's maximum over the chunks scored so far (m' ≤ m, so the list
+// holds every final candidate, plus stale entries that the row's maximum later overtook; they are dropped before
+// the solve). Entries go in chunk order, except that a full block lists a 16-chunk sub-tile quad lane by quad
+// lane (lane_list); the solve and the emit do not depend on the order. A list about to overflow is first
+// compacted against the current maximum; a row whose candidates still do not fit hands the whole block to the
+// multi-pass kernel (route_kernels.cuh), which then recomputes it from scratch. (On the synthetic benchmark
+// problem at 64K tokens a row lists 2.6 final candidates and 6.9 entries in all on average, at most 36 of the 44
+// that fit.)
 //
 // Summary tiles of 64 chunks stream through a cp.async ring of `stages` buffers. Block rows are laid out as in
 // the multi-pass kernel (row = token·g + head, each warp two m16 tiles at head dim ≤ 128). A block with no more
@@ -41,8 +43,9 @@ constexpr int kSubTiles = kStageChunks / kSubChunks;
 // Candidates per list column (value f32 + chunk id u16), chosen per launch: small for prefill so that three
 // blocks share a multiprocessor, large for decode, whose few blocks each see every chunk of their sequence.
 // A column's entries are contiguous, columns cap + 1 apart (odd), so that one thread per column (the solver)
-// and one warp along a column (the emit) both reach 32 different banks.
-constexpr int kPrefillListCap = 48;
+// and one warp along a column (the emit) both reach 32 different banks. The prefill cap went from 48 to 44 to make
+// room for the listing queues at three blocks per multiprocessor.
+constexpr int kPrefillListCap = 44;
 constexpr int kDecodeListCap = 96;
 constexpr int kMaxStages = 4;
 constexpr int kMaxListChunk = 65535;  // chunk ids are stored in 16 bits
@@ -55,8 +58,10 @@ struct FastSmem {
   __host__ __device__ static size_t val_bytes(int cap) { return (size_t(cap + 1) * C::kRows * 4 + 15) / 16 * 16; }
   __host__ __device__ static size_t id_bytes(int cap) { return (size_t(cap + 1) * C::kRows * 2 + 15) / 16 * 16; }
   static constexpr size_t kRowBytes = size_t(C::kRows) * 4 * 4;  // column counts and maxima, row limits, row τ
+  // A full block's listing queues: per warp 32 pairs of four scores and (row, quad, threshold, limit).
+  static constexpr size_t kListingBytes = size_t(kWarps) * 32 * (16 + 16);
   static size_t bytes(int stages, int cap) {
-    return size_t(stages) * kStageBytes + val_bytes(cap) + id_bytes(cap) + kRowBytes;
+    return size_t(stages) * kStageBytes + val_bytes(cap) + id_bytes(cap) + kRowBytes + kListingBytes;
   }
 };
 
@@ -126,6 +131,7 @@ __device__ __forceinline__ int warp_inclusive_sum(int v, int lane) {
 __device__ unsigned long long g_route_phase_cycles[8];
 __device__ unsigned int g_route_phase_blocks;
 __device__ unsigned int g_route_phase_printed;
+__device__ unsigned int g_route_phase_handed_over;
 #define DASHATTN_PHASE_MARK(i)                                                 \
   do {                                                                         \
     __syncthreads();                                                           \
@@ -164,6 +170,10 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
   float* col_max = row_tau + kRows;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  // A full block's listing queue (lane_list), one per warp: 32 (lane, row group) pairs, their four raw scores and
+  // their row, quad, threshold and limit.
+  float4* const queue_val = reinterpret_cast<float4*>(col_max + kRows) + warp * 32;
+  int4* const queue_meta = reinterpret_cast<int4*>(col_max + kRows) + kWarps * 32 + warp * 32;
   const int grp = lane >> 2, quad = lane & 3;
   const int g = a.group;
   const int r = blockIdx.y;
@@ -292,6 +302,7 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
       cnt[mt][h] = 0;
     }
   int overflow = cmax > kMaxListChunk;  // block-uniform
+  int lane_overflow = 0;                // a full block's row this lane listed into overflowed
   const int steps = overflow ? 0 : (split ? 2 : 1) * ntiles;
   for (int s = 0; s + 1 < stages; ++s) {
     if (s < steps) load_next();
@@ -306,6 +317,7 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
     for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
       for (int h = 0; h < 2; ++h) row_overflow |= cnt[mt][h] > cap;
+    row_overflow |= lane_overflow;
     // Step v visible to all; buffer (v − 1) % stages free; the maxima of pass A published (split blocks).
     if (__syncthreads_or(row_overflow)) {
       overflow = 1;
@@ -355,8 +367,9 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
           }
         }
     };
-    // Append the candidates x > thr in chunk order. They are few (a handful per row out of up to a thousand
-    // chunks), so the quad exchange and the stores run only when some lane of the warp has one.
+    // A split block's listing: append the candidates x > thr to the row's list (the quad's lanes share it) in
+    // chunk order. They are few (a handful per row out of up to a thousand chunks), so the quad exchange and the
+    // stores run only when some lane of the warp has one.
     auto list_epilogue = [&](float (&acc)[kMT][2][4], int c0, const float (&thr)[kMT][2]) {
       uint32_t lb[kMT][2];
       bool any_cand = false;
@@ -416,6 +429,130 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
           }
       }
     };
+    // A full block's listing. Only the (lane, row group) pairs that hold a candidate are visited: a lane has one in
+    // row group (mt, h) iff its maximum over the group's four values passes the row's threshold (x·s rounds
+    // non-decreasingly in x, so max(x)·s > thr iff some x·s > thr), about one pair in twenty on the benchmark
+    // problem. Those pairs are queued in shared memory, row group by row group and lane by lane (so a row's pairs,
+    // at most one per quad lane, are adjacent), and a lane per queued pair lists it: the warp spends one round on a
+    // sub-tile whatever lanes the pairs fall on. (Listing in the lanes that hold the scores ran the listing code of
+    // every row group any lane of the warp listed in: nearly all of them, ~170 of a sub-tile's ~350 instructions.)
+    // The pairs of a row share its list: a scan over the adjacent pairs gives each its offset, the row's first pair
+    // reserves the row's space (compacting the list first when it would overflow) and hands out the base. A row's
+    // entries are in chunk order across sub-tiles and in quad order within one (the solve and the emit need no
+    // order; the order is fixed, so results are reproducible).
+    auto lane_list = [&](const float (&acc)[kMT][2][4], int c0, const float (&lm)[kMT][2],
+                         const float (&thr)[kMT][2]) {
+      // Queue positions: row group by row group, lanes in order within one.
+      const unsigned below = (1u << lane) - 1u;
+      int rank[kMT][2];  // −1: no pair
+      int total = 0;
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const bool has = lm[mt][h] * a.x_scale > thr[mt][h];
+          const unsigned b = __ballot_sync(0xffffffffu, has);
+          rank[mt][h] = has ? total + __popc(b & below) : -1;
+          total += __popc(b);
+        }
+      if (total == 0) return;  // warp-uniform
+      for (int r0 = 0; r0 < total; r0 += 32) {
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int rk = rank[mt][h] - r0;
+            if (rank[mt][h] >= 0 && rk >= 0 && rk < 32) {
+              queue_val[rk] = make_float4(acc[mt][0][2 * h], acc[mt][0][2 * h + 1], acc[mt][1][2 * h],
+                                          acc[mt][1][2 * h + 1]);
+              queue_meta[rk] =
+                  make_int4(col_base + mt * 16 + grp + 8 * h, quad, __float_as_int(thr[mt][h]), lim[mt][h]);
+            }
+          }
+        __syncwarp();
+        const int items = total - r0 < 32 ? total - r0 : 32;
+        int row = -1 - lane;  // lanes without a pair: a row of their own
+        float x[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        bool p[4] = {false, false, false, false};
+        int add = 0, id0 = 0;
+        if (lane < items) {
+          const float4 v = queue_val[lane];
+          const int4 meta = queue_meta[lane];
+          row = meta.x;
+          id0 = c0 + 2 * meta.y;
+          const float t = __int_as_float(meta.z);
+          const bool interior = c0 + kSubChunks <= meta.w;
+          x[0] = v.x * a.x_scale;
+          x[1] = v.y * a.x_scale;
+          x[2] = v.z * a.x_scale;
+          x[3] = v.w * a.x_scale;
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            p[e] = (interior || id0 + (e >> 1) * 8 + (e & 1) < meta.w) && x[e] > t;
+            add += p[e] ? 1 : 0;
+          }
+        }
+        // The row's pairs are adjacent lanes, at most four: offsets from the three lanes before, the row's total
+        // from the three after. (row, add) packed in one word: row < 2^20, add ≤ 4.
+        const int key = row * 8 + add;
+        int before = 0, ahead = 0, first_lane = lane;
+#pragma unroll
+        for (int k = 1; k <= 3; ++k) {
+          const int up = __shfl_up_sync(0xffffffffu, key, k);
+          const int down = __shfl_down_sync(0xffffffffu, key, k);
+          if (lane >= k && (up >> 3) == row) {
+            before += up & 7;
+            first_lane = lane - k;
+          }
+          if (lane + k < 32 && (down >> 3) == row) ahead += down & 7;
+        }
+        // The row's first pair reserves before + add + ahead entries.
+        int base = 0;
+        if (lane < items && first_lane == lane) {
+          const int need = add + ahead;
+          const int lbase = row * lstride;
+          int c = col_count[row];
+          if (c <= cap && c + need > cap) {
+            // Rare: drop the entries the maximum has since overtaken (they cannot carry weight), then retry;
+            // still too many and the row overflows (the block goes to the multi-pass kernel).
+            c = compact_list(list_val + lbase, list_id + lbase, c, __int_as_float(queue_meta[lane].z));
+            if (c + need > cap) c = cap + 1;
+          }
+          base = c;
+          if (c <= cap) col_count[row] = c + need;
+          else col_count[row] = cap + 1;
+        }
+        // The leader's compaction read and moved entries that the row's other lanes now overwrite (a shuffle does
+        // not order memory).
+        __syncwarp();
+        base = __shfl_sync(0xffffffffu, base, first_lane);
+        if (lane < items) {
+          if (base <= cap) {
+            int slot = row * lstride + base + before;
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              if (p[e]) {
+                list_val[slot] = x[e];
+                list_id[slot] = static_cast<uint16_t>(id0 + (e >> 1) * 8 + (e & 1));
+              }
+              slot += p[e] ? 1 : 0;
+            }
+          } else {
+            lane_overflow = 1;
+          }
+        }
+        __syncwarp();
+      }
+    };
+    // A full block's lane maxima of a sub-tile, over each row group's routable chunks (as max_epilogue), kept per
+    // group for lane_list.
+    auto lane_max = [&](const float (&acc)[kMT][2][4], int c0, float (&lm)[kMT][2]) {
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) lm[mt][h] = -INFINITY;
+      max_epilogue(acc, c0, lm);
+    };
     if (split) {
       const int c0 = tl * kStageChunks + warp * kSubChunks;
       if (c0 < cmax) {
@@ -435,18 +572,19 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
         float acc0[kMT][2][4], acc1[kMT][2][4];
         score_subtile<T>(acc0, qf, mt_active, brow_of(sub));
         score_subtile<T>(acc1, qf, mt_active, brow_of(sub + 1));
-        max_epilogue(acc0, c0, bound);
-        max_epilogue(acc1, c0 + kSubChunks, bound);
+        float lm0[kMT][2], lm1[kMT][2];
+        lane_max(acc0, c0, lm0);
+        lane_max(acc1, c0 + kSubChunks, lm1);
         float thr[kMT][2];
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-            bound[mt][h] = quad_max(bound[mt][h]);
+            bound[mt][h] = quad_max(fmaxf(bound[mt][h], fmaxf(lm0[mt][h], lm1[mt][h])));
             thr[mt][h] = candidate_threshold(bound[mt][h] * a.x_scale);
           }
-        list_epilogue(acc0, c0, thr);
-        if (c0 + kSubChunks < cmax) list_epilogue(acc1, c0 + kSubChunks, thr);
+        lane_list(acc0, c0, lm0, thr);
+        if (c0 + kSubChunks < cmax) lane_list(acc1, c0 + kSubChunks, lm1, thr);
       }
     }
     if (split && v == ntiles - 1) {
@@ -468,7 +606,7 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
     for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
       for (int h = 0; h < 2; ++h) row_overflow |= cnt[mt][h] > cap;
-    overflow = __syncthreads_or(overflow | row_overflow);
+    overflow = __syncthreads_or(overflow | row_overflow | lane_overflow);
   }
   DASHATTN_PHASE_MARK(2);  // pass B
 
@@ -478,6 +616,12 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
       *a.tau.ptr<float>(sp.batch_index, int64_t(r) * g + rho % g, sp.q_begin + tok0 + rho / g) =
           __uint_as_float(kHandOverTauBits);
     }
+#ifdef DASHATTN_ROUTE_PHASE_CLOCKS
+    if (threadIdx.x == 0) {
+      atomicAdd(&g_route_phase_handed_over, 1u);
+      atomicAdd(&g_route_phase_blocks, 1u);
+    }
+#endif
     return;
   }
   if (quad == 0) {
@@ -485,9 +629,11 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
     for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        col_count[col_base + mt * 16 + grp + 8 * h] = cnt[mt][h];
-        // A full block's final row maximum (a split block's col_max holds its segments' maxima already).
-        if (!split) col_max[col_base + mt * 16 + grp + 8 * h] = bound[mt][h] * a.x_scale;
+        const int col = col_base + mt * 16 + grp + 8 * h;
+        // A split block's list length (a full block's is in col_count already); a full block's final row maximum
+        // (a split block's col_max holds its segments' maxima already).
+        if (split) col_count[col] = cnt[mt][h];
+        else col_max[col] = bound[mt][h] * a.x_scale;
       }
   }
   __syncthreads();
@@ -498,9 +644,9 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
     if (row_limit[rho] > 0) {
       if (!split) {
         // Drop the stale entries, listed before the row's maximum rose past them: what remains is exactly
-        // x > candidate_threshold(final maximum) in chunk order, the list a maximum pass followed by a listing
-        // pass would build, so τ and the emit see the same values. (Left in, the stale entries, ~2.7 times the
-        // candidates on the benchmark problem, made the solve and the emit slower than the saved pass.)
+        // x > candidate_threshold(final maximum), the entries a maximum pass followed by a listing pass would list,
+        // so τ and the emit see the same values. (Left in, the stale entries, ~2.7 times the candidates on the
+        // benchmark problem, made the solve and the emit slower than the saved pass.)
         col_count[rho] = compact_list(list_val + rho * lstride, list_id + rho * lstride, col_count[rho],
                                       candidate_threshold(col_max[rho]));
       }
@@ -724,9 +870,9 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
     const unsigned int done = atomicAdd(&g_route_phase_blocks, 1u) + 1u;
     if (done == gridDim.x * gridDim.y * gridDim.z && atomicExch(&g_route_phase_printed, 1u) == 0u) {
       printf("route_fast phases (cycles summed over %u blocks): "
-             "setup %llu maxima %llu lists %llu solve %llu emit %llu\n",
+             "setup %llu maxima %llu lists %llu solve %llu emit %llu; %u blocks handed over\n",
              done, g_route_phase_cycles[0], g_route_phase_cycles[1], g_route_phase_cycles[2], g_route_phase_cycles[3],
-             g_route_phase_cycles[4]);
+             g_route_phase_cycles[4], g_route_phase_handed_over);
     }
   }
 #endif
