@@ -254,9 +254,10 @@ TEST_CASE("cuda small grid: routing emit of wide head unions") {
 // Scores that climb chunk after chunk: key dimension 0 is 0.2 c in chunk c (the other dimensions small noise; mean
 // pooling, so the summaries follow), query dimension 0 is 4, so x rises by about 0.05 per chunk and the last ~20 routable
 // chunks lie within 1 of a row's maximum. The prefill routing kernel lists each pair of 16-chunk sub-tiles
-// against the running maximum, so every pair adds ~20 entries that the next pairs make stale: past ~96 routable
-// chunks a 48-entry list fills and is compacted against the current maximum, several times per row, while no row
-// has more final candidates than fit. Small enough for the sanitizers.
+// against the running maximum, so every pair adds ~20 entries that the next pairs make stale: past ~90 routable
+// chunks a 44-entry list fills and is compacted against the current maximum, several times per row, while no row
+// has more final candidates than fit. Every quad lane of every row then holds candidates, so a warp queues up to
+// 128 (lane, row group) pairs per sub-tile and lists them in several rounds. Small enough for the sanitizers.
 void plant_climbing_scores(ref::Problem& pr) {
   const TensorView& k = pr.k.view;
   const TensorView& q = pr.q.view;
