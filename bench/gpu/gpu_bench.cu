@@ -36,6 +36,9 @@ struct Options {
   int decode_batch = 24;
   bool prefill = true, decode = true;
   PriorMode prior = PriorMode::kEstimateDiagonal;  // the library default; `none` times Stage 2 without the bias
+  // Extra decode Stage-2 timings with these key-split counts instead of the plan's (0: none); e.g. more splits
+  // than fit one wave, so that the block scheduler evens out (sequence, KV head) pairs with more active tiles.
+  std::vector<int> decode_splits;
 };
 
 // Device buffer with a view, freed at scope exit.
@@ -66,6 +69,13 @@ AttendParams attend_params(const RouteParams& rp, const SummarizeParams& sp, con
   ap.o = dp.o;
   ap.method = m;
   return ap;
+}
+
+int num_sms() {
+  int device = 0, sms = 0;
+  CK(cudaGetDevice(&device));
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return sms;
 }
 
 // Median time (ms) of one replay of the graph captured from body.
@@ -282,7 +292,11 @@ Row bench_decode(Backend& be, const Options& o, int64_t n, cudaStream_t st) {
   dp.o = view(out.p, DType::kBF16, {b, 1, h_q, d});
   const AttendParams ap = attend_params(rp, sp, dp, m);
   const ProblemShape shape = attend_shape(ap);
-  const size_t ws_bytes = std::max(cuda::attend_workspace_bytes(shape, false), cuda::attend_workspace_bytes(shape, true));
+  size_t ws_bytes = std::max(cuda::attend_workspace_bytes(shape, false), cuda::attend_workspace_bytes(shape, true));
+  // The split-KV workspace of the largest --decode-splits count (fp32 partial o and lse per split and row).
+  const size_t part_rows = size_t(shape.batch * shape.h_q * shape.n_q);
+  for (int k : o.decode_splits)
+    ws_bytes = std::max(ws_bytes, size_t(k) * part_rows * size_t(shape.d + 1) * sizeof(float) + 256);
   Buf ws(ws_bytes);
   row.dense = time_ms(st, o.reps * 3, [&](cudaStream_t s) {
     cuda::launch_dense(normalize_dense(dp), shape, ws.p, ws.bytes, s);
@@ -307,6 +321,16 @@ Row bench_decode(Backend& be, const Options& o, int64_t n, cudaStream_t st) {
     const double ms = time_ms(st, o.reps * 3, [&](cudaStream_t s2) { cuda::launch_attend(apn, shape, ws.p, ws.bytes, s2); });
     row.s2_token.push_back(ms);
     emit("decode", n, "stage2_token", ms, "\"s\":" + std::to_string(s) + ",\"kept\":" + std::to_string(kept));
+    for (int k : o.decode_splits) {
+      cuda::AttendPlan plan = cuda::plan_attend(shape, num_sms(), false);
+      plan.num_splits = k;
+      plan.workspace_bytes = k > 1 ? size_t(k) * part_rows * size_t(shape.d + 1) * sizeof(float) + 256 : 0;
+      const cuda::AttendArgs args = cuda::make_attend_args(apn, shape);
+      const double mk = time_ms(st, o.reps * 3, [&](cudaStream_t s2) {
+        cuda::launch_attend_planned(args, shape.d, apn.q.dtype, plan, ws.p, s2);
+      });
+      emit("decode", n, "stage2_token_splits", mk, "\"s\":" + std::to_string(s) + ",\"splits\":" + std::to_string(k));
+    }
     // The step: Stage 0 on the step's stream (serial), or, as the library's forward() runs a one-token step
     // (whose new chunk no stage of the step reads), on a side stream forked after Stage 1 and joined back.
     auto run_step = [&](cudaStream_t s2, bool beside) {
@@ -396,13 +420,15 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "--prior: expected estimate_diagonal, raw or none, got '%s'\n", name.c_str());
         return 2;
       }
+    } else if (a == "--decode-splits") {
+      list([](const std::string& t) { return std::stoi(t); }, o.decode_splits);
     } else if (a == "--prefill-only") {
       o.decode = false;
     } else if (a == "--decode-only") {
       o.prefill = false;
     } else {
       std::fprintf(stderr, "usage: %s [--sizes 16384,32768,65536] [--sparsities 0.75,0.875,0.9375] [--reps 30] "
-                   "[--prior estimate_diagonal|raw|none] [--prefill-only|--decode-only]\n",
+                   "[--prior estimate_diagonal|raw|none] [--prefill-only|--decode-only] [--decode-splits 5,8,11]\n",
                    argv[0]);
       return 2;
     }
