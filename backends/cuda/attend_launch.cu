@@ -112,11 +112,14 @@ AttendPlan plan_attend(const ProblemShape& s, int num_sms, bool dense) {
     splits = std::min<int64_t>(splits, 64);
     plan.num_splits = int(std::max<int64_t>(splits, 1));
   }
-  if (plan.num_splits > 1) {
-    const int64_t part_rows = s.batch * s.h_q * s.n_q;
-    plan.workspace_bytes = size_t(plan.num_splits) * size_t(part_rows) * size_t(s.d + 1) * sizeof(float) + 256;
-  }
+  plan.workspace_bytes = split_workspace_bytes(s, plan.num_splits);
   return plan;
+}
+
+size_t split_workspace_bytes(const ProblemShape& s, int num_splits) {
+  if (num_splits <= 1) return 0;
+  const int64_t part_rows = s.batch * s.h_q * s.n_q;
+  return size_t(num_splits) * size_t(part_rows) * size_t(s.d + 1) * sizeof(float) + 256;
 }
 
 size_t attend_workspace_bytes(const ProblemShape& s, bool dense) {

@@ -59,6 +59,8 @@ bool make_kv_tensor_map(const DeviceTensor& t, DType dtype, int64_t head_dim, CU
 
 // The plan for a shape on a device with num_sms multiprocessors (dense: every visible key attended).
 AttendPlan plan_attend(const ProblemShape& s, int num_sms, bool dense);
+// Workspace of a key split into num_splits parts: fp32 partial o and lse per split and row (0 for one part).
+size_t split_workspace_bytes(const ProblemShape& s, int num_splits);
 // Workspace that launch_attend / launch_dense may use on the current device (0 when no split pays).
 size_t attend_workspace_bytes(const ProblemShape& s, bool dense = false);
 

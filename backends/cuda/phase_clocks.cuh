@@ -82,4 +82,47 @@ __device__ __forceinline__ void phase_set_active(PhaseKernel, bool) {}
 __device__ __forceinline__ void phase_finish(PhaseKernel, const char*) {}
 #endif
 
+// Profiling build only (-DDASHATTN_ROUTE_PHASE_CLOCKS), Stage 1's single-sweep kernel: cycles per phase summed over
+// blocks (thread 0's clock after each phase's barrier) and the blocks handed over to the multi-pass kernel; the
+// first launch to finish prints them. Every thread of a block calls mark() (it holds a barrier) and finish().
+#ifdef DASHATTN_ROUTE_PHASE_CLOCKS
+__device__ unsigned long long g_route_phase_cycles[8];
+__device__ unsigned int g_route_phase_blocks;
+__device__ unsigned int g_route_phase_printed;
+__device__ unsigned int g_route_phase_handed_over;
+struct RoutePhaseClock {
+  long long t = 0;
+  __device__ RoutePhaseClock() {
+#ifdef __CUDA_ARCH__  // the host pass sees this constructor's body too
+    t = clock64();
+#endif
+  }
+  __device__ void mark(int i) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      const long long now = clock64();
+      atomicAdd(&g_route_phase_cycles[i], static_cast<unsigned long long>(now - t));
+      t = now;
+    }
+  }
+  __device__ void finish(bool handed_over) {
+    if (threadIdx.x != 0) return;
+    if (handed_over) atomicAdd(&g_route_phase_handed_over, 1u);
+    __threadfence();
+    const unsigned int done = atomicAdd(&g_route_phase_blocks, 1u) + 1u;
+    if (done == gridDim.x * gridDim.y * gridDim.z && atomicExch(&g_route_phase_printed, 1u) == 0u) {
+      printf("route_fast phases (cycles summed over %u blocks): "
+             "setup %llu maxima %llu lists %llu solve %llu emit %llu; %u blocks handed over\n",
+             done, g_route_phase_cycles[0], g_route_phase_cycles[1], g_route_phase_cycles[2], g_route_phase_cycles[3],
+             g_route_phase_cycles[4], g_route_phase_handed_over);
+    }
+  }
+};
+#else
+struct RoutePhaseClock {
+  __device__ void mark(int) {}
+  __device__ void finish(bool) {}
+};
+#endif
+
 }  // namespace dashattn::cuda

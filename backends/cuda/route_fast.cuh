@@ -31,7 +31,9 @@
 #include "dashattn/entmax.h"
 #include "dashattn/prior.h"
 #include "mma_sm80.cuh"
+#include "phase_clocks.cuh"
 #include "route_kernels.cuh"
+#include "route_lists.cuh"
 
 namespace dashattn {
 namespace cuda {
@@ -65,93 +67,9 @@ struct FastSmem {
   }
 };
 
-// The candidates of row `row`: list columns row, row + stride, ... (one per warp of a split block, `segments` of
-// them) concatenated; end0..end2 are the running lengths after the first three segments.
-struct SegmentedList {
-  const float* vals;
-  int row, stride, list_stride, end0, end1, end2;
-  __device__ float operator()(int i) const {
-    int s = 0, begin = 0;
-    if (i >= end0) {
-      s = 1;
-      begin = end0;
-      if (i >= end1) {
-        s = 2;
-        begin = end1;
-        if (i >= end2) {
-          s = 3;
-          begin = end2;
-        }
-      }
-    }
-    return vals[(s * stride + row) * list_stride + (i - begin)];
-  }
-};
-
-// Candidate threshold for a row maximum m: slightly below m − 1 so that float rounding never drops a support
-// element (extra candidates are harmless: the solver and the emit ignore x ≤ τ). Non-decreasing in m for every
-// float m < 2^24, with or without the multiply-add contracted (checked over all floats); above, the rounding of
-// m − 1 can make it dip by an ulp.
-__device__ __forceinline__ float candidate_threshold(float m) { return m - 1.0f - 1e-4f * fmaxf(1.0f, fabsf(m)); }
-
-// Keeps the entries of one list column with x > thr, in their order; returns how many. The sweep compacts a list
-// about to overflow with it, and the solve drops the entries its row's final maximum overtook.
-__device__ __forceinline__ int compact_list(float* vals, uint16_t* ids, int n, float thr) {
-  int kept = 0;
-  for (int e = 0; e < n; ++e) {
-    const float x = vals[e];
-    if (x > thr) {
-      vals[kept] = x;
-      ids[kept] = ids[e];
-      ++kept;
-    }
-  }
-  return kept;
-}
-
-// The maximum of v over a row's quad (the 4 lanes that hold an m16 fragment row).
-__device__ __forceinline__ float quad_max(float v) {
-  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
-  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
-}
-
-// Inclusive prefix sum of v over the lanes of a (converged) warp.
-__device__ __forceinline__ int warp_inclusive_sum(int v, int lane) {
-#pragma unroll
-  for (int off = 1; off < 32; off <<= 1) {
-    const int up = __shfl_up_sync(0xffffffffu, v, off);
-    if (lane >= off) v += up;
-  }
-  return v;
-}
-
-#ifdef DASHATTN_ROUTE_PHASE_CLOCKS
-// Profiling build only (-DDASHATTN_ROUTE_PHASE_CLOCKS): cycles per phase summed over blocks (thread 0's clock
-// after each phase's barrier); the first launch to finish prints them.
-__device__ unsigned long long g_route_phase_cycles[8];
-__device__ unsigned int g_route_phase_blocks;
-__device__ unsigned int g_route_phase_printed;
-__device__ unsigned int g_route_phase_handed_over;
-#define DASHATTN_PHASE_MARK(i)                                                 \
-  do {                                                                         \
-    __syncthreads();                                                           \
-    if (threadIdx.x == 0) {                                                    \
-      const long long now_ = clock64();                                        \
-      atomicAdd(&g_route_phase_cycles[i], (unsigned long long)(now_ - phase_t_)); \
-      phase_t_ = now_;                                                         \
-    }                                                                          \
-  } while (0)
-#else
-#define DASHATTN_PHASE_MARK(i) \
-  do {                         \
-  } while (0)
-#endif
-
 template <int kHeadDim, typename T>
 __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
-#ifdef DASHATTN_ROUTE_PHASE_CLOCKS
-  long long phase_t_ = clock64();
-#endif
+  RoutePhaseClock phase_clock;
   using C = Config<kHeadDim>;
   using S = FastSmem<kHeadDim>;
   constexpr int kRows = C::kRows, kMT = C::kMTiles, kKS = C::kKSteps;
@@ -245,7 +163,7 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
     for (int ks = 0; ks < kKS; ++ks) ldmatrix_x4(qf[mt][ks], arow + ks * 16);
   }
   __syncthreads();  // the tile buffers are free again
-  DASHATTN_PHASE_MARK(0);  // setup, Q
+  phase_clock.mark(0);  // setup, Q
   int lim[kMT][2];
   bool mt_active[kMT];
 #pragma unroll
@@ -328,7 +246,7 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
     const bool listing = !split || v >= ntiles;  // a split block's pass B
     const int tl = split && listing ? v - ntiles : v;
     if (split && v == ntiles) {
-      DASHATTN_PHASE_MARK(1);  // pass A
+      phase_clock.mark(1);  // pass A
       // A split row's maximum is over all segments (fmaxf: the order of the segments does not matter).
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt)
@@ -544,15 +462,6 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
         __syncwarp();
       }
     };
-    // A full block's lane maxima of a sub-tile, over each row group's routable chunks (as max_epilogue), kept per
-    // group for lane_list.
-    auto lane_max = [&](const float (&acc)[kMT][2][4], int c0, float (&lm)[kMT][2]) {
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) lm[mt][h] = -INFINITY;
-      max_epilogue(acc, c0, lm);
-    };
     if (split) {
       const int c0 = tl * kStageChunks + warp * kSubChunks;
       if (c0 < cmax) {
@@ -572,9 +481,14 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
         float acc0[kMT][2][4], acc1[kMT][2][4];
         score_subtile<T>(acc0, qf, mt_active, brow_of(sub));
         score_subtile<T>(acc1, qf, mt_active, brow_of(sub + 1));
+        // Each lane's maxima of the two sub-tiles per row group, kept apart for lane_list.
         float lm0[kMT][2], lm1[kMT][2];
-        lane_max(acc0, c0, lm0);
-        lane_max(acc1, c0 + kSubChunks, lm1);
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) lm0[mt][h] = lm1[mt][h] = -INFINITY;
+        max_epilogue(acc0, c0, lm0);
+        max_epilogue(acc1, c0 + kSubChunks, lm1);
         float thr[kMT][2];
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt)
@@ -608,7 +522,7 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
       for (int h = 0; h < 2; ++h) row_overflow |= cnt[mt][h] > cap;
     overflow = __syncthreads_or(overflow | row_overflow | lane_overflow);
   }
-  DASHATTN_PHASE_MARK(2);  // pass B
+  phase_clock.mark(2);  // pass B
 
   if (overflow) {
     // The multi-pass kernel redoes this block; the mark goes to every row so that the first one carries it.
@@ -616,12 +530,7 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
       *a.tau.ptr<float>(sp.batch_index, int64_t(r) * g + rho % g, sp.q_begin + tok0 + rho / g) =
           __uint_as_float(kHandOverTauBits);
     }
-#ifdef DASHATTN_ROUTE_PHASE_CLOCKS
-    if (threadIdx.x == 0) {
-      atomicAdd(&g_route_phase_handed_over, 1u);
-      atomicAdd(&g_route_phase_blocks, 1u);
-    }
-#endif
+    phase_clock.finish(true);
     return;
   }
   if (quad == 0) {
@@ -671,7 +580,7 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
   }
   __syncthreads();
 
-  DASHATTN_PHASE_MARK(3);  // τ solved
+  phase_clock.mark(3);  // τ solved
   // ---- Emit: one warp per token, driven by the candidates (only they can carry weight) ----
   // Each warp works in its own quarter of the idle tile buffers, one token at a time. Fast form: the chunks some
   // head weighs (x > τ) are marked in a union bitset, numbered by prefix popcounts, and every head writes its
@@ -863,19 +772,8 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
     const int64_t i = tok0 + rho / g;
     *a.tau.ptr<float>(sp.batch_index, int64_t(r) * g + rho % g, sp.q_begin + i) = i < sp.n_q ? row_tau[rho] : NAN;
   }
-#ifdef DASHATTN_ROUTE_PHASE_CLOCKS
-  DASHATTN_PHASE_MARK(4);  // emit
-  if (threadIdx.x == 0) {
-    __threadfence();
-    const unsigned int done = atomicAdd(&g_route_phase_blocks, 1u) + 1u;
-    if (done == gridDim.x * gridDim.y * gridDim.z && atomicExch(&g_route_phase_printed, 1u) == 0u) {
-      printf("route_fast phases (cycles summed over %u blocks): "
-             "setup %llu maxima %llu lists %llu solve %llu emit %llu; %u blocks handed over\n",
-             done, g_route_phase_cycles[0], g_route_phase_cycles[1], g_route_phase_cycles[2], g_route_phase_cycles[3],
-             g_route_phase_cycles[4], g_route_phase_handed_over);
-    }
-  }
-#endif
+  phase_clock.mark(4);  // emit
+  phase_clock.finish(false);
 }
 
 }  // namespace route_detail

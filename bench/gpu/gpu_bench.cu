@@ -293,10 +293,7 @@ Row bench_decode(Backend& be, const Options& o, int64_t n, cudaStream_t st) {
   const AttendParams ap = attend_params(rp, sp, dp, m);
   const ProblemShape shape = attend_shape(ap);
   size_t ws_bytes = std::max(cuda::attend_workspace_bytes(shape, false), cuda::attend_workspace_bytes(shape, true));
-  // The split-KV workspace of the largest --decode-splits count (fp32 partial o and lse per split and row).
-  const size_t part_rows = size_t(shape.batch * shape.h_q * shape.n_q);
-  for (int k : o.decode_splits)
-    ws_bytes = std::max(ws_bytes, size_t(k) * part_rows * size_t(shape.d + 1) * sizeof(float) + 256);
+  for (int k : o.decode_splits) ws_bytes = std::max(ws_bytes, cuda::split_workspace_bytes(shape, k));
   Buf ws(ws_bytes);
   row.dense = time_ms(st, o.reps * 3, [&](cudaStream_t s) {
     cuda::launch_dense(normalize_dense(dp), shape, ws.p, ws.bytes, s);
@@ -324,7 +321,7 @@ Row bench_decode(Backend& be, const Options& o, int64_t n, cudaStream_t st) {
     for (int k : o.decode_splits) {
       cuda::AttendPlan plan = cuda::plan_attend(shape, num_sms(), false);
       plan.num_splits = k;
-      plan.workspace_bytes = k > 1 ? size_t(k) * part_rows * size_t(shape.d + 1) * sizeof(float) + 256 : 0;
+      plan.workspace_bytes = cuda::split_workspace_bytes(shape, k);
       const cuda::AttendArgs args = cuda::make_attend_args(apn, shape);
       const double mk = time_ms(st, o.reps * 3, [&](cudaStream_t s2) {
         cuda::launch_attend_planned(args, shape.d, apn.q.dtype, plan, ws.p, s2);

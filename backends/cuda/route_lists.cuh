@@ -1,0 +1,74 @@
+// Candidate lists of Stage 1's sweep kernels (route_fast.cuh, route_cluster.cuh): the candidate threshold, list
+// compaction, the segmented view of a split block's lists, and the warp reductions the listing uses.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+namespace dashattn {
+namespace cuda {
+namespace route_detail {
+
+// The candidates of row `row`: list columns row, row + stride, ... (one per warp of a split block, `segments` of
+// them) concatenated; end0..end2 are the running lengths after the first three segments.
+struct SegmentedList {
+  const float* vals;
+  int row, stride, list_stride, end0, end1, end2;
+  __device__ float operator()(int i) const {
+    int s = 0, begin = 0;
+    if (i >= end0) {
+      s = 1;
+      begin = end0;
+      if (i >= end1) {
+        s = 2;
+        begin = end1;
+        if (i >= end2) {
+          s = 3;
+          begin = end2;
+        }
+      }
+    }
+    return vals[(s * stride + row) * list_stride + (i - begin)];
+  }
+};
+
+// Candidate threshold for a row maximum m: slightly below m − 1 so that float rounding never drops a support
+// element (extra candidates are harmless: the solver and the emit ignore x ≤ τ). Non-decreasing in m for every
+// float m < 2^24, with or without the multiply-add contracted (checked over all floats); above, the rounding of
+// m − 1 can make it dip by an ulp.
+__device__ __forceinline__ float candidate_threshold(float m) { return m - 1.0f - 1e-4f * fmaxf(1.0f, fabsf(m)); }
+
+// Keeps the entries of one list column with x > thr, in their order; returns how many. The sweep compacts a list
+// about to overflow with it, and the solve drops the entries its row's final maximum overtook.
+__device__ __forceinline__ int compact_list(float* vals, uint16_t* ids, int n, float thr) {
+  int kept = 0;
+  for (int e = 0; e < n; ++e) {
+    const float x = vals[e];
+    if (x > thr) {
+      vals[kept] = x;
+      ids[kept] = ids[e];
+      ++kept;
+    }
+  }
+  return kept;
+}
+
+// The maximum of v over a row's quad (the 4 lanes that hold an m16 fragment row).
+__device__ __forceinline__ float quad_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+
+// Inclusive prefix sum of v over the lanes of a (converged) warp.
+__device__ __forceinline__ int warp_inclusive_sum(int v, int lane) {
+#pragma unroll
+  for (int off = 1; off < 32; off <<= 1) {
+    const int up = __shfl_up_sync(0xffffffffu, v, off);
+    if (lane >= off) v += up;
+  }
+  return v;
+}
+
+}  // namespace route_detail
+}  // namespace cuda
+}  // namespace dashattn
