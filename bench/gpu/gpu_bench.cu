@@ -39,6 +39,9 @@ struct Options {
   // Extra decode Stage-2 timings with these key-split counts instead of the plan's (0: none); e.g. more splits
   // than fit one wave, so that the block scheduler evens out (sequence, KV head) pairs with more active tiles.
   std::vector<int> decode_splits;
+  // Extra decode step timings with Stage 0 after Stage 2 or left out, to tell what Stage 0 beside Stage 2 costs
+  // the step.
+  bool step_variants = false;
 };
 
 // Device buffer with a view, freed at scope exit.
@@ -337,15 +340,17 @@ Row bench_decode(Backend& be, const Options& o, int64_t n, cudaStream_t st) {
       }
       rp_step.stream = s2;
       route(be, rp_step);
-      if (beside) {
+      if (beside) {  // in the order the backend's summarize_beside enqueues them: Stage 2 first, then Stage 0
         CK(cudaEventRecord(fork, s2));
         CK(cudaStreamWaitEvent(side, fork, 0));
+      }
+      cuda::launch_attend(apn, shape, ws.p, ws.bytes, s2);
+      if (beside) {
         sp.stream = side;
         summarize(be, sp);
         CK(cudaEventRecord(join, side));
+        CK(cudaStreamWaitEvent(s2, join, 0));
       }
-      cuda::launch_attend(apn, shape, ws.p, ws.bytes, s2);
-      if (beside) CK(cudaStreamWaitEvent(s2, join, 0));
     };
     const double step = time_ms(st, o.reps * 3, [&](cudaStream_t s2) { run_step(s2, true); });
     row.step.push_back(step);
@@ -361,6 +366,23 @@ Row bench_decode(Backend& be, const Options& o, int64_t n, cudaStream_t st) {
       cuda::launch_attend(apn, shape, ws.p, ws.bytes, s2);
     });
     emit("decode", n, "step_fused", fused, "\"s\":" + std::to_string(s));
+    if (o.step_variants) {
+      auto variant = [&](const char* what, auto&& body) {
+        emit("decode", n, what, time_ms(st, o.reps * 3, body), "\"s\":" + std::to_string(s));
+      };
+      variant("step_no_stage0", [&](cudaStream_t s2) {
+        rp_step.stream = s2;
+        route(be, rp_step);
+        cuda::launch_attend(apn, shape, ws.p, ws.bytes, s2);
+      });
+      variant("step_stage0_after", [&](cudaStream_t s2) {
+        rp_step.stream = s2;
+        route(be, rp_step);
+        cuda::launch_attend(apn, shape, ws.p, ws.bytes, s2);
+        sp.stream = s2;
+        summarize(be, sp);
+      });
+    }
   }
   CK(cudaEventDestroy(fork));
   CK(cudaEventDestroy(join));
@@ -419,13 +441,15 @@ int main(int argc, char** argv) {
       }
     } else if (a == "--decode-splits") {
       list([](const std::string& t) { return std::stoi(t); }, o.decode_splits);
+    } else if (a == "--step-variants") {
+      o.step_variants = true;
     } else if (a == "--prefill-only") {
       o.decode = false;
     } else if (a == "--decode-only") {
       o.prefill = false;
     } else {
       std::fprintf(stderr, "usage: %s [--sizes 16384,32768,65536] [--sparsities 0.75,0.875,0.9375] [--reps 30] "
-                   "[--prior estimate_diagonal|raw|none] [--prefill-only|--decode-only] [--decode-splits 5,8,11]\n",
+                   "[--prior estimate_diagonal|raw|none] [--prefill-only|--decode-only] [--decode-splits 5,8,11] [--step-variants]\n",
                    argv[0]);
       return 2;
     }
