@@ -239,6 +239,18 @@ TEST_CASE("cuda small grid: decode routing over clusters") {
   check_case(c);
 }
 
+// Nearly equal scores make all 256 chunks of every row candidates, more than the single-sweep kernel's lists hold,
+// so every block (2 token blocks x 2 KV heads x 3 sequences) is handed over to the multi-pass kernel, whose CTAs
+// find them by their τ marks. Small enough for the sanitizers.
+TEST_CASE("cuda small grid: overflowing blocks handed over to the multi-pass kernel") {
+  if (!compiled(128)) return;
+  Case c{"hand-over b=3, n_q=100, n_k=4096, C=16, d=128, g=2", spec(3, 100, 4096, 4, 2, 128, DType::kBF16, 0.02, 49),
+         {}};
+  c.method.chunk_size = 16;
+  c.dense_candidates = true;
+  check_case(c);
+}
+
 // 32 heads that each route a few chunks of their own: unions of the heads' supports wider than the prefill
 // routing kernel's per-warp table holds at d = 64 (a quarter of two summary tiles, 1152 words, less two words per
 // 32 chunks, over 33 words per union chunk: 34 chunks), so its emit takes the windowed form for those tokens and the
