@@ -39,8 +39,6 @@ struct RouteArgs {
   EntmaxSolver solver;
   bool summaries_vec16;    // 16-byte aligned summary rows: vector loads
   bool only_flagged;       // multi-pass kernel: run only the blocks the single-sweep kernel handed over
-  int64_t blocks_x;        // hand-over kernel: token blocks per (sequence, KV head)
-  int64_t kv_heads, seqs;  // ... and the other two axes of the multi-pass kernel's grid
   int stages;              // single-sweep kernel: summary tiles in flight (2..4)
   int list_cap;            // single-sweep kernel: candidates per list column
 };
@@ -191,10 +189,8 @@ struct ListValues {
   __device__ float operator()(int i) const { return vals[i * kRows + row]; }
 };
 
-// One block of a.tokens_per_block tokens (bx) of KV head r of sequence seq; every thread of the CTA calls it with
-// the same arguments.
 template <int kHeadDim, typename T>
-__device__ __forceinline__ void route_block(const RouteArgs& a, int64_t bx, int r, int64_t seq) {
+__global__ void __launch_bounds__(kThreads) route_kernel(RouteArgs a) {
   using C = Config<kHeadDim>;
   using S = Smem<kHeadDim>;
   constexpr int kRows = C::kRows, kMT = C::kMTiles, kKS = C::kKSteps, kCap = C::kListCap;
@@ -213,13 +209,19 @@ __device__ __forceinline__ void route_block(const RouteArgs& a, int64_t bx, int 
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = a.group;
+  const int r = blockIdx.y;
+  const int64_t seq = blockIdx.z;
   const SequenceSpan sp = device_sequence_span(a.batch, seq);
-  const int64_t tok0 = bx * a.tokens_per_block;
+  const int64_t tok0 = static_cast<int64_t>(blockIdx.x) * a.tokens_per_block;
   // Rows this sequence owns on the q axis: its real queries, plus padding rows of a padded batch.
   const int64_t owned_rows = a.batch.cu_seqlens_q != nullptr ? sp.n_q : a.batch.padded_n_q;
   if (tok0 >= owned_rows) return;
   const int tokens = static_cast<int>((owned_rows - tok0 < a.tokens_per_block ? owned_rows - tok0 : int64_t(a.tokens_per_block)));
   const int rows_used = tokens * g;
+  if (a.only_flagged &&
+      __float_as_uint(*a.tau.ptr<float>(sp.batch_index, int64_t(r) * g, sp.q_begin + tok0)) != kHandOverTauBits) {
+    return;
+  }
 
   // Routable chunks per row: c_i of the token, 0 for padding.
   for (int rho = tid; rho < kRows; rho += kThreads) {
@@ -550,48 +552,6 @@ __device__ __forceinline__ void route_block(const RouteArgs& a, int64_t bx, int 
     const bool real = i < sp.n_q;
     *a.mu.ptr<float>(sp.batch_index, r, sp.q_begin + i) = (real && n > 0) ? ls / static_cast<float>(n) : 0.0f;
     if (a.active.defined()) *a.active.ptr<int32_t>(sp.batch_index, r, sp.q_begin + i) = real ? n + 1 : 0;
-  }
-}
-
-// Whether the single-sweep kernel left block bx of (seq, r) to this kernel: the τ mark in the block's first row.
-__device__ __forceinline__ bool handed_over(const RouteArgs& a, int64_t bx, int r, int64_t seq) {
-  const SequenceSpan sp = device_sequence_span(a.batch, seq);
-  const int64_t owned_rows = a.batch.cu_seqlens_q != nullptr ? sp.n_q : a.batch.padded_n_q;
-  const int64_t tok0 = bx * a.tokens_per_block;
-  return tok0 < owned_rows &&
-         __float_as_uint(*a.tau.ptr<float>(sp.batch_index, int64_t(r) * a.group, sp.q_begin + tok0)) == kHandOverTauBits;
-}
-
-// Grid (blocks_x, h_kv, b): one block per CTA.
-template <int kHeadDim, typename T>
-__global__ void __launch_bounds__(kThreads) route_kernel(RouteArgs a) {
-  route_block<kHeadDim, T>(a, blockIdx.x, static_cast<int>(blockIdx.y), blockIdx.z);
-}
-
-// The blocks the single-sweep kernel handed over (a.only_flagged), on a grid of as many CTAs as are resident at
-// once: each checks the marks of its share of the blocks (CTA c: blocks c, c + gridDim.x, ...), a thread per block
-// and 128 at a time, and routes the marked ones. A CTA per block, each a τ load and an exit, cost a 64K prefill
-// ~16K CTA launches at three per multiprocessor (this kernel's shared memory) after the single sweep.
-template <int kHeadDim, typename T>
-__global__ void __launch_bounds__(kThreads) route_handover_kernel(RouteArgs a) {
-  __shared__ int64_t marked[kThreads];
-  __shared__ int n_marked;
-  const int64_t per_seq = a.blocks_x * a.kv_heads, total = per_seq * a.seqs, stride = gridDim.x;
-  for (int64_t first = blockIdx.x; first < total; first += stride * kThreads) {
-    if (threadIdx.x == 0) n_marked = 0;
-    __syncthreads();
-    const int64_t lin = first + int64_t(threadIdx.x) * stride;
-    if (lin < total && handed_over(a, lin % a.blocks_x, static_cast<int>(lin % per_seq / a.blocks_x), lin / per_seq)) {
-      marked[atomicAdd(&n_marked, 1)] = lin;  // any order: each block writes only its own rows
-    }
-    __syncthreads();
-    const int n = n_marked;
-    for (int i = 0; i < n; ++i) {
-      const int64_t m = marked[i];
-      route_block<kHeadDim, T>(a, m % a.blocks_x, static_cast<int>(m % per_seq / a.blocks_x), m / per_seq);
-      __syncthreads();  // the block's shared memory is free for the next one
-    }
-    __syncthreads();  // every thread has read n_marked
   }
 }
 

@@ -145,24 +145,6 @@ void route_instance(const RouteParams& p, const ProblemShape& s, cudaStream_t st
     a.only_flagged = true;
   }
   const size_t smem = Smem<kHeadDim>::kBytes;
-  if (a.only_flagged) {
-    // The hand-over pass: as many CTAs as are resident at once, each checking its share of the blocks' marks.
-    a.blocks_x = blocks_x;
-    a.kv_heads = s.h_kv;
-    a.seqs = s.batch;
-    DASHATTN_CUDA_CHECK(cudaFuncSetAttribute(route_handover_kernel<kHeadDim, T>,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-    int device = 0, sms = 0, per_sm = 0;
-    DASHATTN_CUDA_CHECK(cudaGetDevice(&device));
-    DASHATTN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    DASHATTN_CUDA_CHECK(
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, route_handover_kernel<kHeadDim, T>, kThreads, smem));
-    const int64_t total = blocks_x * s.h_kv * s.batch;
-    const int64_t ctas = std::min<int64_t>(total, int64_t(sms) * std::max(per_sm, 1));
-    route_handover_kernel<kHeadDim, T><<<static_cast<unsigned>(ctas), kThreads, smem, stream>>>(a);
-    DASHATTN_CUDA_CHECK_LAUNCH();
-    return;
-  }
   DASHATTN_CUDA_CHECK(cudaFuncSetAttribute(route_kernel<kHeadDim, T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(smem)));
   route_kernel<kHeadDim, T><<<grid, kThreads, smem, stream>>>(a);
