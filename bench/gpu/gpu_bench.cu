@@ -303,6 +303,9 @@ Row bench_decode(Backend& be, const Options& o, int64_t n, cudaStream_t st) {
   });
   emit("decode", n, "dense_ours", row.dense);
   const AttendParams apn = normalize_attend(ap);
+  // --decode-splits: the plan and arguments of the sparsity loop's Stage 2, with other split counts.
+  const cuda::AttendPlan planned = cuda::plan_attend(shape, num_sms(), false);
+  const cuda::AttendArgs split_args = cuda::make_attend_args(apn, shape);
   // The whole step as an engine runs it, one graph: Stage 0 (the completed chunk), Stage 1 (real routing, into
   // its own mask buffer) and Stage 2 over the random mask with Stage 1's τ and μ. Timing the stages as separate
   // graphs adds a launch gap per stage that a captured step does not pay.
@@ -322,12 +325,11 @@ Row bench_decode(Backend& be, const Options& o, int64_t n, cudaStream_t st) {
     row.s2_token.push_back(ms);
     emit("decode", n, "stage2_token", ms, "\"s\":" + std::to_string(s) + ",\"kept\":" + std::to_string(kept));
     for (int k : o.decode_splits) {
-      cuda::AttendPlan plan = cuda::plan_attend(shape, num_sms(), false);
+      cuda::AttendPlan plan = planned;
       plan.num_splits = k;
       plan.workspace_bytes = cuda::split_workspace_bytes(shape, k);
-      const cuda::AttendArgs args = cuda::make_attend_args(apn, shape);
       const double mk = time_ms(st, o.reps * 3, [&](cudaStream_t s2) {
-        cuda::launch_attend_planned(args, shape.d, apn.q.dtype, plan, ws.p, s2);
+        cuda::launch_attend_planned(split_args, shape.d, apn.q.dtype, plan, ws.p, s2);
       });
       emit("decode", n, "stage2_token_splits", mk, "\"s\":" + std::to_string(s) + ",\"splits\":" + std::to_string(k));
     }

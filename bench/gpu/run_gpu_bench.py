@@ -96,8 +96,9 @@ def main():
             best = min([x for x in (cud, fa) if x is not None], default=None)
             s0, s1 = get(mode, n, "stage0"), get(mode, n, "stage1")
             s01 = (s0 or 0) + (s1 or 0) if s0 is not None and s1 is not None else None
-            if get(mode, n, "stage01_fused") is not None:
-                s01 = get(mode, n, "stage01_fused")  # decode: Stages 0 and 1 in one call
+            fused = get(mode, n, "stage01_fused")  # decode: Stages 0 and 1 in one call
+            if fused is not None:
+                s01 = fused
             real = next((r.get("real_sparsity") for r in ours if r.get("mode") == mode and r.get("n") == n
                          and r.get("what") == "stage1"), None)
             extra = next((r.get("gb") for r in ours if r.get("mode") == mode and r.get("n") == n

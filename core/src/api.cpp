@@ -73,12 +73,10 @@ void summarize_and_route(Backend& backend, const SummarizeParams& sp, const Rout
   if (ns.stream != nr.stream) {
     throw InvalidArgument("sp.stream", "rp.stream (the step's two stages run on one stream)", "another stream");
   }
-  // Routing reads the summaries of chunks before each query's own chunk, so of chunks below the last query's.
-  const ProblemShape s = route_shape(nr);
-  const int64_t last_query_chunk = s.n_k > 0 ? (s.n_k - 1) / s.chunk : 0;
-  if (ns.first_chunk < last_query_chunk) {
+  const int64_t last_chunk = last_query_chunk(route_shape(nr));
+  if (ns.first_chunk < last_chunk) {
     throw InvalidArgument("sp.first_chunk",
-                          ">= " + std::to_string(last_query_chunk) +
+                          ">= " + std::to_string(last_chunk) +
                               " (the last query's own chunk: routing must not read a summary this Stage 0 writes)",
                           std::to_string(ns.first_chunk));
   }

@@ -104,11 +104,9 @@ void Backend::forward(const ForwardParams& p) {
     void* scratch = scratch_bytes > 0 ? static_cast<char*>(ws) + core_bytes : nullptr;
     attend_with_scratch(ap, s, scratch, scratch_bytes);
   };
-  // Stages 1 and 2 read the summaries of chunks before each query's own chunk only. When every chunk this call
-  // completes lies at or after the last query's chunk (a decode step of one token per sequence), nothing later
-  // reads Stage 0's output and the backend may overlap it with them.
-  const int64_t last_query_chunk = s.n_k > 0 ? (s.n_k - 1) / s.chunk : 0;
-  if (f.summaries_valid >= last_query_chunk) {
+  // When every chunk this call completes lies at or after the last query's chunk (a decode step of one token per
+  // sequence), nothing later reads Stage 0's output and the backend may overlap it with them.
+  if (f.summaries_valid >= last_query_chunk(s)) {
     summarize_beside(sp, stage1, stage2);
   } else {
     summarize(sp);

@@ -36,6 +36,10 @@ DenseParams normalize_dense(const DenseParams& p);
 ProblemShape route_shape(const RouteParams& p);
 ProblemShape attend_shape(const AttendParams& p);
 
+// The chunk of the last query (queries end at the last key). Stages 1 and 2 read the summaries of chunks before
+// each query's own chunk only, so a Stage 0 that writes no chunk below this one overlaps them safely.
+inline int64_t last_query_chunk(const ProblemShape& s) { return s.n_k > 0 ? (s.n_k - 1) / s.chunk : 0; }
+
 // Sequence s's query/key row offsets and lengths within the (normalized) tensors, read from host memory. Only
 // for backends whose BatchLayout arrays are host-visible (the CPU).
 struct SequenceSpan {
