@@ -190,10 +190,10 @@ double attended_keys(int64_t n_q, int64_t n_k, double keep) {
 
 }  // namespace
 
-void run_profile_cases() {
-  // One launch pair per case for a profiler (each case: 2 warm-up launches + 1 timed): 32K, masks per query
-  // chunk at 75 %, the default d = 128 tiling without and with the prior bias.
-  const int64_t n = 32768;
+void run_profile_cases(int n_k_thousands) {
+  // One launch pair per case for a profiler (each case: 2 warm-up launches + 1 timed): n_k_thousands·1024 keys,
+  // masks per query chunk at 75 %, the default d = 128 tiling without and with the prior bias.
+  const int64_t n = int64_t(n_k_thousands) * 1024;
   const int h_q = 32, h_kv = 2, d = 128;
   void *q, *k, *v, *o;
   uint32_t* mask;
@@ -224,8 +224,8 @@ void run_profile_cases() {
     plan.persistent = persistent;
     const float t0 = time_config(st, q, k, v, o, mask, false, plan, nullptr, 1);
     const float t1 = time_config(st, q, k, v, o, mask, false, plan, nullptr, 1, &bias);
-    std::printf("profile cases (32K, per query chunk, 75 %%, %s): no bias %.3f ms, bias %.3f ms\n",
-                persistent ? "persistent" : "one item per CTA", t0, t1);
+    std::printf("profile cases (%dK, per query chunk, 75 %%, %s): no bias %.3f ms, bias %.3f ms\n",
+                n_k_thousands, persistent ? "persistent" : "one item per CTA", t0, t1);
   }
   for (void* p : {q, k, v, o, static_cast<void*>(mask), bias.summaries, static_cast<void*>(bias.tau),
                   static_cast<void*>(bias.mu)})

@@ -15,7 +15,8 @@ int run_conformance(bool verbose);
 
 // Times prefill and decode at the paper's shapes and prints a table (ms, TFLOP/s, TB/s).
 void run_benchmark(int max_n_k_thousands);
-// The two default-tiling cases (without / with the prior bias) a kernel profiler captures: 6 launches.
-void run_profile_cases();
+// The cases a kernel profiler captures, at n_k_thousands·1024 keys: the persistent and the default d = 128 tiling,
+// each without and with the prior bias (2 warm-up + 1 timed launch each: 12 launches).
+void run_profile_cases(int n_k_thousands);
 
 }  // namespace attend_check

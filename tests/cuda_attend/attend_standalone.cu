@@ -22,6 +22,6 @@ int main(int argc, char** argv) {
   }
   const int failures = check ? attend_check::run_conformance(verbose) : 0;
   if (bench) attend_check::run_benchmark(max_k);
-  if (profile) attend_check::run_profile_cases();
+  if (profile) attend_check::run_profile_cases(max_k);
   return failures ? 1 : 0;
 }
