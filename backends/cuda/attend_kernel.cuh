@@ -498,12 +498,21 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
           if (!(wb & 2u)) s[nt][3] = -INFINITY;
         }
       }
-      float mx_a = -INFINITY, mx_b = -INFINITY;
+      // Row maxima as a tree (depth 4, not a chain of 9: the softmax is on the loop's critical path).
+      float ma[8], mb[8];
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt) {
-        mx_a = fmaxf(mx_a, fmaxf(s[nt][0], s[nt][1]));
-        mx_b = fmaxf(mx_b, fmaxf(s[nt][2], s[nt][3]));
+        ma[nt] = fmaxf(s[nt][0], s[nt][1]);
+        mb[nt] = fmaxf(s[nt][2], s[nt][3]);
       }
+#pragma unroll
+      for (int w = 4; w >= 1; w /= 2)
+#pragma unroll
+        for (int nt = 0; nt < w; ++nt) {
+          ma[nt] = fmaxf(ma[nt], ma[nt + w]);
+          mb[nt] = fmaxf(mb[nt], mb[nt + w]);
+        }
+      float mx_a = ma[0], mx_b = mb[0];
       mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
       mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
       mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
@@ -531,8 +540,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
         s[nt][1] = mma::exp2_approx(fmaf(s[nt][1], row_scale, off_a));
         s[nt][2] = mma::exp2_approx(fmaf(s[nt][2], row_scale, off_b));
         s[nt][3] = mma::exp2_approx(fmaf(s[nt][3], row_scale, off_b));
-        sum_a += s[nt][0] + s[nt][1];
-        sum_b += s[nt][2] + s[nt][3];
+        // (The first pair starts the sums: 0 + x would cost an add, and P >= +0 makes it exact anyway.)
+        sum_a = nt == 0 ? s[0][0] + s[0][1] : sum_a + (s[nt][0] + s[nt][1]);
+        sum_b = nt == 0 ? s[0][2] + s[0][3] : sum_b + (s[nt][2] + s[nt][3]);
       }
       l_a = l_a * corr_a + sum_a;
       l_b = l_b * corr_b + sum_b;
@@ -600,7 +610,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
           t.stage = int(pos % kStages);
           mma::mbar_wait(plan.full_bar + 8u * t.stage, (pos / kStages) & 1u);
           const unsigned char* meta = sMeta + size_t(t.stage) * Cfg::kMetaStageBytes;
-          if (*reinterpret_cast<const uint32_t*>(meta + 8) & wg_bit) {
+          // The vote is the flag itself (every lane reads the same word), but it tells ptxas the branch is
+          // warp-uniform, so the tile counter, the stage and the 12 wgmma descriptors derived from it stay in
+          // uniform registers: ~25 instructions per tile less (a plain load-and-branch made each descriptor a
+          // vector computation and two R2UR moves), 2-4 % off Stage 2 (perf-log.md, sixteenth pass).
+          if (__any_sync(0xffffffffu, (*reinterpret_cast<const uint32_t*>(meta + 8) & wg_bit) != 0u)) {
             t.tile = *reinterpret_cast<const int64_t*>(meta);
             const uint64_t* keys = reinterpret_cast<const uint64_t*>(meta + 16);
             t.keys_a = row_a.valid ? keys[row_a.token_slot] : 0ull;
