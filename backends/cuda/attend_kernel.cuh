@@ -613,7 +613,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
           // The vote is the flag itself (every lane reads the same word), but it tells ptxas the branch is
           // warp-uniform, so the tile counter, the stage and the 12 wgmma descriptors derived from it stay in
           // uniform registers: ~25 instructions per tile less (a plain load-and-branch made each descriptor a
-          // vector computation and two R2UR moves), 2-4 % off Stage 2 (perf-log.md, sixteenth pass).
+          // vector computation and two R2UR moves), 2-6 % off Stage 2 on an H100 (perf-log.md, sixteenth pass).
           if (__any_sync(0xffffffffu, (*reinterpret_cast<const uint32_t*>(meta + 8) & wg_bit) != 0u)) {
             t.tile = *reinterpret_cast<const int64_t*>(meta);
             const uint64_t* keys = reinterpret_cast<const uint64_t*>(meta + 16);
