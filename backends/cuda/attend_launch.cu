@@ -14,13 +14,6 @@ int log2_exact(int64_t v) {
   return l;
 }
 
-int current_sm_count() {
-  int device = 0, sms = 0;
-  DASHATTN_CUDA_CHECK(cudaGetDevice(&device));
-  DASHATTN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  return sms;
-}
-
 void fill_common(AttendArgs& a, const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& o,
                  const TensorView& lse, const BatchLayout& batch, const ProblemShape& s) {
   a.q = device_tensor(q);
@@ -114,6 +107,13 @@ AttendPlan plan_attend(const ProblemShape& s, int num_sms, bool dense) {
   }
   plan.workspace_bytes = split_workspace_bytes(s, plan.num_splits);
   return plan;
+}
+
+int current_sm_count() {
+  int device = 0, sms = 0;
+  DASHATTN_CUDA_CHECK(cudaGetDevice(&device));
+  DASHATTN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return sms;
 }
 
 size_t split_workspace_bytes(const ProblemShape& s, int num_splits) {

@@ -57,6 +57,8 @@ struct AttendPlan {
 // strides rule it out (the kernel then copies with cp.async).
 bool make_kv_tensor_map(const DeviceTensor& t, DType dtype, int64_t head_dim, CUtensorMap* map);
 
+// Multiprocessors of the current device (what the launchers plan for).
+int current_sm_count();
 // The plan for a shape on a device with num_sms multiprocessors (dense: every visible key attended).
 AttendPlan plan_attend(const ProblemShape& s, int num_sms, bool dense);
 // Workspace of a key split into num_splits parts: fp32 partial o and lse per split and row (0 for one part).

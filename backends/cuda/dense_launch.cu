@@ -6,11 +6,7 @@ namespace dashattn::cuda {
 
 void launch_dense(const DenseParams& p, const ProblemShape& s, void* workspace, size_t workspace_bytes,
                   cudaStream_t stream) {
-  AttendPlan plan;
-  int device = 0, sms = 0;
-  DASHATTN_CUDA_CHECK(cudaGetDevice(&device));
-  DASHATTN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  plan = plan_attend(s, sms, true);
+  AttendPlan plan = plan_attend(s, current_sm_count(), true);
   if (plan.num_splits > 1 && (workspace == nullptr || workspace_bytes < plan.workspace_bytes)) plan.num_splits = 1;
   launch_attend_planned(make_dense_args(p, s), s.d, p.q.dtype, plan, workspace, stream);
 }

@@ -74,13 +74,6 @@ AttendParams attend_params(const RouteParams& rp, const SummarizeParams& sp, con
   return ap;
 }
 
-int num_sms() {
-  int device = 0, sms = 0;
-  CK(cudaGetDevice(&device));
-  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  return sms;
-}
-
 // Median time (ms) of one replay of the graph captured from body.
 double time_ms(cudaStream_t st, int reps, const std::function<void(cudaStream_t)>& body) {
   cudaGraph_t graph;
@@ -304,7 +297,7 @@ Row bench_decode(Backend& be, const Options& o, int64_t n, cudaStream_t st) {
   emit("decode", n, "dense_ours", row.dense);
   const AttendParams apn = normalize_attend(ap);
   // --decode-splits: the plan and arguments of the sparsity loop's Stage 2, with other split counts.
-  const cuda::AttendPlan planned = cuda::plan_attend(shape, num_sms(), false);
+  const cuda::AttendPlan planned = cuda::plan_attend(shape, cuda::current_sm_count(), false);
   const cuda::AttendArgs split_args = cuda::make_attend_args(apn, shape);
   // The whole step as an engine runs it, one graph: Stage 0 (the completed chunk), Stage 1 (real routing, into
   // its own mask buffer) and Stage 2 over the random mask with Stage 1's τ and μ. Timing the stages as separate
