@@ -3,8 +3,9 @@
 //
 // Thread 0 of each CTA stamps the global timer at the kernel's marks (PhaseKernel lists them); the last CTA to
 // finish prints, over the CTAs marked active, the mean and the maximum of every stamp after the earliest entry of
-// the launch, in ns. Measured this way on an H100 (perf-log.md): a 64K decode step's Stage 2 spends ~2 us before
-// its tile stream starts and ~4 us after its last tile.
+// the launch, and again after each CTA's own entry, in ns. Measured this way on an H100 (perf-log.md): a 64K
+// decode step's Stage 2 spends ~2 us before its tile stream starts and ~4 us after its last tile; a 64K prefill
+// CTA with the bias at 93.75 % ~11 us before its first tile.
 #pragma once
 
 #include <cstdint>
@@ -46,24 +47,30 @@ __device__ inline void phase_report(PhaseKernel k, const char* names) {
                                                                        : kPhaseMaxCtas;
   unsigned long long t0 = ~0ull;
   for (int c = 0; c < n; ++c) t0 = g_phase[kk][c][0] < t0 ? g_phase[kk][c][0] : t0;
-  double mean[kPhaseMarks] = {};
-  unsigned long long mx[kPhaseMarks] = {};
-  int used = 0;
-  for (int c = 0; c < n; ++c) {
-    if (!g_phase_active[kk][c]) continue;
-    ++used;
-    for (int i = 0; i < kPhaseMarks; ++i) {
-      const unsigned long long d = g_phase[kk][c][i] > t0 ? g_phase[kk][c][i] - t0 : 0;
-      mean[i] += double(d);
-      mx[i] = d > mx[i] ? d : mx[i];
+  // Two views: after the launch's first entry (a one-wave launch: when each phase ends in the launch), and after
+  // the CTA's own entry (a launch of many waves, such as a prefill, where the first view only averages waves).
+  for (int own = 0; own < 2; ++own) {
+    double mean[kPhaseMarks] = {};
+    unsigned long long mx[kPhaseMarks] = {};
+    int used = 0;
+    for (int c = 0; c < n; ++c) {
+      if (!g_phase_active[kk][c]) continue;
+      ++used;
+      const unsigned long long base = own ? g_phase[kk][c][0] : t0;
+      for (int i = 0; i < kPhaseMarks; ++i) {
+        const unsigned long long d = g_phase[kk][c][i] > base ? g_phase[kk][c][i] - base : 0;
+        mean[i] += double(d);
+        mx[i] = d > mx[i] ? d : mx[i];
+      }
     }
+    if (used == 0) return;
+    printf("phases %s (ns after %s; %d active CTAs of %d): mean", names,
+           own ? "the CTA's entry" : "the first entry", used, n);
+    for (int i = 0; i < kPhaseMarks; ++i) printf(" %.0f", mean[i] / used);
+    printf(" max");
+    for (int i = 0; i < kPhaseMarks; ++i) printf(" %llu", mx[i]);
+    printf("\n");
   }
-  if (used == 0) return;
-  printf("phases %s (ns after the first entry; %d active CTAs of %d): mean", names, used, n);
-  for (int i = 0; i < kPhaseMarks; ++i) printf(" %.0f", mean[i] / used);
-  printf(" max");
-  for (int i = 0; i < kPhaseMarks; ++i) printf(" %llu", mx[i]);
-  printf("\n");
 }
 // The exit stamp (the last mark); the last CTA of the launch prints the report and re-arms the counter.
 __device__ __forceinline__ void phase_finish(PhaseKernel k, const char* names) {
@@ -83,13 +90,13 @@ __device__ __forceinline__ void phase_finish(PhaseKernel, const char*) {}
 #endif
 
 // Profiling build only (-DDASHATTN_ROUTE_PHASE_CLOCKS), Stage 1's single-sweep kernel: cycles per phase summed over
-// blocks (thread 0's clock after each phase's barrier) and the blocks handed over to the multi-pass kernel; the
+// blocks (thread 0's clock after each phase's barrier) and the blocks that overflowed to the multi-pass code; the
 // first launch to finish prints them. Every thread of a block calls mark() (it holds a barrier) and finish().
 #ifdef DASHATTN_ROUTE_PHASE_CLOCKS
 __device__ unsigned long long g_route_phase_cycles[8];
 __device__ unsigned int g_route_phase_blocks;
 __device__ unsigned int g_route_phase_printed;
-__device__ unsigned int g_route_phase_handed_over;
+__device__ unsigned int g_route_phase_overflowed;
 struct RoutePhaseClock {
   long long t = 0;
   __device__ RoutePhaseClock() {
@@ -105,16 +112,16 @@ struct RoutePhaseClock {
       t = now;
     }
   }
-  __device__ void finish(bool handed_over) {
+  __device__ void finish(bool overflowed) {
     if (threadIdx.x != 0) return;
-    if (handed_over) atomicAdd(&g_route_phase_handed_over, 1u);
+    if (overflowed) atomicAdd(&g_route_phase_overflowed, 1u);
     __threadfence();
     const unsigned int done = atomicAdd(&g_route_phase_blocks, 1u) + 1u;
     if (done == gridDim.x * gridDim.y * gridDim.z && atomicExch(&g_route_phase_printed, 1u) == 0u) {
       printf("route_fast phases (cycles summed over %u blocks): "
-             "setup %llu maxima %llu lists %llu solve %llu emit %llu; %u blocks handed over\n",
+             "setup %llu maxima %llu lists %llu solve %llu emit %llu; %u blocks overflowed to the multi-pass code\n",
              done, g_route_phase_cycles[0], g_route_phase_cycles[1], g_route_phase_cycles[2], g_route_phase_cycles[3],
-             g_route_phase_cycles[4], g_route_phase_handed_over);
+             g_route_phase_cycles[4], g_route_phase_overflowed);
     }
   }
 };
