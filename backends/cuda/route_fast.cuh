@@ -9,8 +9,9 @@
 // holds every final candidate, plus stale entries that the row's maximum later overtook; they are dropped before
 // the solve). Entries go in chunk order, except that a full block lists a 16-chunk sub-tile quad lane by quad
 // lane (lane_list); the solve and the emit do not depend on the order. A list about to overflow is first
-// compacted against the current maximum; a row whose candidates still do not fit hands the whole block to the
-// multi-pass kernel (route_kernels.cuh), which then recomputes it from scratch. (On the synthetic benchmark
+// compacted against the current maximum; a row whose candidates still do not fit makes the block route itself
+// with the multi-pass algorithm (route_block, route_kernels.cuh), from scratch, or for a long block (more than
+// in_place_max_chunks chunks) hand itself to the multi-pass kernel. (On the synthetic benchmark
 // problem at 64K tokens a row lists 2.6 final candidates and 6.9 entries in all on average, at most 36 of the 44
 // that fit.)
 //
@@ -62,8 +63,10 @@ struct FastSmem {
   static constexpr size_t kRowBytes = size_t(C::kRows) * 4 * 4;  // column counts and maxima, row limits, row τ
   // A full block's listing queues: per warp 32 pairs of four scores and (row, quad, threshold, limit).
   static constexpr size_t kListingBytes = size_t(kWarps) * 32 * (16 + 16);
+  // At least the multi-pass layout, which a block whose lists overflow reuses (route_block).
   static size_t bytes(int stages, int cap) {
-    return size_t(stages) * kStageBytes + val_bytes(cap) + id_bytes(cap) + kRowBytes + kListingBytes;
+    const size_t sweep = size_t(stages) * kStageBytes + val_bytes(cap) + id_bytes(cap) + kRowBytes + kListingBytes;
+    return sweep > Smem<kHeadDim>::kBytes ? sweep : Smem<kHeadDim>::kBytes;
   }
 };
 
@@ -525,10 +528,20 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
   phase_clock.mark(2);  // pass B
 
   if (overflow) {
-    // The multi-pass kernel redoes this block; the mark goes to every row so that the first one carries it.
-    for (int rho = tid; rho < rows_used; rho += kThreads) {
-      *a.tau.ptr<float>(sp.batch_index, int64_t(r) * g + rho % g, sp.q_begin + tok0 + rho / g) =
-          __uint_as_float(kHandOverTauBits);
+    if (cmax <= a.in_place_max_chunks) {
+      // The multi-pass algorithm redoes this block here, in the same shared memory (the launch gives the kernel at
+      // least Smem::kBytes), so that no second launch is needed: one that only checks marks cost ~30 us at 64K
+      // tokens (~16K blocks that each read a mark and exit; perf-log.md, seventeenth pass).
+      __syncthreads();  // every thread is done with the lists and the tile buffers
+      route_block_call<kHeadDim, T>(a, tok0, r, seq, smem);
+    } else {
+      // A long block goes to the multi-pass kernel, whose launch has the registers its solve needs (in place, under
+      // this kernel's bound, the 1M-token prefill took 6.35 s instead of 6.19). The mark goes to every row so that
+      // the first one carries it.
+      for (int rho = tid; rho < rows_used; rho += kThreads) {
+        *a.tau.ptr<float>(sp.batch_index, int64_t(r) * g + rho % g, sp.q_begin + tok0 + rho / g) =
+            __uint_as_float(kHandOverTauBits);
+      }
     }
     phase_clock.finish(true);
     return;

@@ -38,14 +38,18 @@ struct RouteArgs {
   float alpha;
   EntmaxSolver solver;
   bool summaries_vec16;    // 16-byte aligned summary rows: vector loads
-  bool only_flagged;       // multi-pass kernel: run only the blocks the single-sweep kernel handed over
+  bool only_flagged;       // multi-pass kernel: run only the blocks the other kernels handed over
   int stages;              // single-sweep kernel: summary tiles in flight (2..4)
   int list_cap;            // single-sweep kernel: candidates per list column
+  // Single-sweep kernel: a block whose lists overflow routes itself with the multi-pass code if its longest row has
+  // at most this many chunks, else hands itself to the multi-pass kernel (launched only when some sequence is
+  // longer than this).
+  int in_place_max_chunks;
 };
 
-// τ bit pattern (a NaN no arithmetic produces) with which the single-sweep kernel marks, in the first row of a
-// block, that it left the whole block to the multi-pass kernel. Every other row's τ is written normally or as
-// the canonical NaN of a row with nothing to route.
+// τ bit pattern (a NaN no arithmetic produces) with which the cluster and single-sweep kernels mark, in the first
+// row of a block, that they left the whole block to the multi-pass kernel. Every other row's τ is written normally
+// or as the canonical NaN of a row with nothing to route.
 constexpr uint32_t kHandOverTauBits = 0x7fc0d1a5u;
 
 template <int kHeadDim>
@@ -189,12 +193,15 @@ struct ListValues {
   __device__ float operator()(int i) const { return vals[i * kRows + row]; }
 };
 
+// The multi-pass routing of one block (tokens from tok0 of sequence seq, KV head r) by the whole thread block, in
+// smem (at least Smem<kHeadDim>::kBytes, 16-byte aligned). Run by route_kernel, and by the single-sweep kernel
+// (route_fast.cuh) in place for a block whose candidates overflow its lists.
 template <int kHeadDim, typename T>
-__global__ void __launch_bounds__(kThreads) route_kernel(RouteArgs a) {
+__device__ __forceinline__ void route_block(const RouteArgs& a, int64_t tok0, int r, int64_t seq,
+                                            unsigned char* smem) {
   using C = Config<kHeadDim>;
   using S = Smem<kHeadDim>;
   constexpr int kRows = C::kRows, kMT = C::kMTiles, kKS = C::kKSteps, kCap = C::kListCap;
-  extern __shared__ __align__(16) unsigned char smem[];
   uint16_t* tile = reinterpret_cast<uint16_t*>(smem + S::kTileOff);
   int* row_limit = reinterpret_cast<int*>(smem + S::kRowOff);
   float* row_max = reinterpret_cast<float*>(row_limit + kRows);
@@ -209,10 +216,7 @@ __global__ void __launch_bounds__(kThreads) route_kernel(RouteArgs a) {
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = a.group;
-  const int r = blockIdx.y;
-  const int64_t seq = blockIdx.z;
   const SequenceSpan sp = device_sequence_span(a.batch, seq);
-  const int64_t tok0 = static_cast<int64_t>(blockIdx.x) * a.tokens_per_block;
   // Rows this sequence owns on the q axis: its real queries, plus padding rows of a padded batch.
   const int64_t owned_rows = a.batch.cu_seqlens_q != nullptr ? sp.n_q : a.batch.padded_n_q;
   if (tok0 >= owned_rows) return;
@@ -553,6 +557,21 @@ __global__ void __launch_bounds__(kThreads) route_kernel(RouteArgs a) {
     *a.mu.ptr<float>(sp.batch_index, r, sp.q_begin + i) = (real && n > 0) ? ls / static_cast<float>(n) : 0.0f;
     if (a.active.defined()) *a.active.ptr<int32_t>(sp.batch_index, r, sp.q_begin + i) = real ? n + 1 : 0;
   }
+}
+
+// route_block as a call of its own, for the single-sweep kernel's rare overflow: inlined there, its registers
+// spilled into the sweep (ptxas: 40 -> 352 bytes of spill stores at d = 128). The arguments go by value, so that no
+// address of the kernel's parameters is taken.
+template <int kHeadDim, typename T>
+__device__ __noinline__ void route_block_call(RouteArgs a, int64_t tok0, int r, int64_t seq, unsigned char* smem) {
+  route_block<kHeadDim, T>(a, tok0, r, seq, smem);
+}
+
+template <int kHeadDim, typename T>
+__global__ void __launch_bounds__(kThreads) route_kernel(RouteArgs a) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  route_block<kHeadDim, T>(a, static_cast<int64_t>(blockIdx.x) * a.tokens_per_block, static_cast<int>(blockIdx.y),
+                           static_cast<int64_t>(blockIdx.z), smem);
 }
 
 }  // namespace route_detail

@@ -1,7 +1,8 @@
 // Stage-1 launcher of one (head dim, dtype) instance: the cluster kernel (route_cluster.cuh) for decode shapes on
-// sm_90, else the single-sweep kernel (route_fast.cuh) for every block, then the multi-pass kernel
-// (route_kernels.cuh) for the blocks either one handed over. Queries or summaries whose rows are not 16-byte
-// aligned go to the multi-pass kernel alone. Included only by the generated route_hdim*_*.cu.
+// sm_90, else the single-sweep kernel (route_fast.cuh) for every block (a block whose lists overflow routes itself
+// with the multi-pass code, or if long hands itself over); then the multi-pass kernel (route_kernels.cuh) for the
+// blocks handed over, when any can be. Queries or summaries whose rows are not 16-byte aligned go to the
+// multi-pass kernel alone. Included only by the generated route_hdim*_*.cu.
 #pragma once
 
 #include <algorithm>
@@ -140,8 +141,13 @@ void route_instance(const RouteParams& p, const ProblemShape& s, cudaStream_t st
     DASHATTN_CUDA_CHECK(cudaFuncSetAttribute(route_fast_kernel<kHeadDim, T>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              static_cast<int>(fast_smem)));
+    // Overflowing blocks of up to 2048 chunks (128K tokens at C = 64) route themselves; longer ones, which the
+    // 1M-token prefill has in numbers, go to the multi-pass kernel (perf-log.md, seventeenth pass).
+    constexpr int64_t kInPlaceMaxChunks = 2048;
+    a.in_place_max_chunks = int(kInPlaceMaxChunks);
     route_fast_kernel<kHeadDim, T><<<grid, kThreads, fast_smem, stream>>>(a);
     DASHATTN_CUDA_CHECK_LAUNCH();
+    if (s.max_chunks <= kInPlaceMaxChunks) return;
     a.only_flagged = true;
   }
   const size_t smem = Smem<kHeadDim>::kBytes;

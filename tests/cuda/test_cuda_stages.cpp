@@ -240,12 +240,23 @@ TEST_CASE("cuda small grid: decode routing over clusters") {
 }
 
 // Nearly equal scores make all 256 chunks of every row candidates, more than the single-sweep kernel's lists hold,
-// so every block (2 token blocks x 2 KV heads x 3 sequences) is handed over to the multi-pass kernel, whose CTAs
-// find them by their τ marks. Small enough for the sanitizers.
-TEST_CASE("cuda small grid: overflowing blocks handed over to the multi-pass kernel") {
+// so every block (2 token blocks x 2 KV heads x 3 sequences) overflows and routes itself with the multi-pass code,
+// in the shared memory of the sweep. Small enough for the sanitizers.
+TEST_CASE("cuda small grid: overflowing blocks routed by the multi-pass code") {
   if (!compiled(128)) return;
   Case c{"hand-over b=3, n_q=100, n_k=4096, C=16, d=128, g=2", spec(3, 100, 4096, 4, 2, 128, DType::kBF16, 0.02, 49),
          {}};
+  c.method.chunk_size = 16;
+  c.dense_candidates = true;
+  check_case(c);
+}
+
+// The same with rows of ~2250 chunks, more than a block routes in place: the blocks mark themselves and the
+// multi-pass kernel, launched for such lengths, finds them by their τ marks.
+TEST_CASE("cuda small grid: long overflowing blocks handed over to the multi-pass kernel") {
+  if (!compiled(128)) return;
+  Case c{"long hand-over b=1, n_q=64, n_k=36000, C=16, d=128, g=2",
+         spec(1, 64, 36000, 4, 2, 128, DType::kBF16, 0.02, 51), {}};
   c.method.chunk_size = 16;
   c.dense_candidates = true;
   check_case(c);
