@@ -413,7 +413,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     }
     if (plan.use_table) {
       fill_bias_table<Cfg>(TableFill{a, item.sp, item.seq, item.kv_head, warp, lane, g, row_a, row_b, plan.n_pairs,
-                                     plan.n_tokens_cta, per_tile, plan.cursor, sUnion,
+                                     plan.n_tokens_cta, per_tile, plan.cursor, sUnion, item.union_words,
                                      reinterpret_cast<unsigned char*>(sRing), sTable, plan.stage_kbar,
                                      kPersistent ? 0u : ring_free_bar, kPersistent ? pi.kbar_stage : nullptr},
                            q_fragment, group_bias, group_sums,

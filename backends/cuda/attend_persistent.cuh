@@ -124,7 +124,7 @@ __device__ __forceinline__ void prepare_items(const AttendArgs& a, const Persist
     }
     if (item.any_rows) item.copy_q(a, sQ, htid, 64);
     if (plan.use_table) {
-      PairColumns cols(plan.cursor, words, plan.n_pairs, per_tile, a.log2_chunk);
+      PairColumns cols(plan.cursor, words, item.union_words, plan.n_pairs, per_tile, a.log2_chunk);
       copy_kbar_columns<Cfg>(a, item.sp, item.seq, item.kv_head, cols, 0, ::min(plan.n_pairs, Cfg::kPrepStagedCols),
                              8 * hw, 16, lane, pi.kbar_stage);
     }

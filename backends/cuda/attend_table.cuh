@@ -32,6 +32,7 @@ struct TableFill {
   int n_pairs, n_tokens_cta, per_tile;
   TileCursor cursor;
   const uint32_t* sUnion;
+  int union_words;
   unsigned char* sRing;
   float* sTable;
   bool stage_kbar;         // stage the k̄ columns in shared memory (the wide tilings)
@@ -42,38 +43,59 @@ struct TableFill {
 };
 
 // The (tile, chunk) pairs of a union in order, 8 per n-tile: column(p0) gives lane column lane / 4 of the n-tile
-// of pairs p0 .. p0 + 7 its chunk (-1 past the pairs). Calls come with ascending p0 (multiples of 8); the
-// n-tiles between two calls are stepped over. Each lane selects its tile's bit directly instead of the warp
-// stepping a cursor pair by pair, which with its per-pair modulo was the table fill's hottest loop.
+// of pairs p0 .. p0 + 7 its chunk (-1 past the pairs). Calls come with ascending p0 (multiples of 8). The warp finds
+// the tiles of the n-tile's ranks together: a window of 32 union words, a lane per word, their counts scanned over
+// the warp, and each lane's word found by a binary search over the scan (five shuffles). The window stays where
+// the last call ended. (A lane walking the words from a cursor, one dependent load per word, took ~1.1 us per
+// n-tile of a 64K CTA at 93.75 %, whose tiles are about one per word; perf-log.md, seventeenth pass.)
 struct PairColumns {
-  TileCursor pc;  // at the first tile of n-tile `at`
   const uint32_t* sUnion;
-  int n_pairs, per_tile, log2_chunk;
-  int at = 0;
-  __device__ __forceinline__ PairColumns(TileCursor cursor, const uint32_t* words, int pairs, int tile_chunks,
-                                         int log2_c)
-      : pc(cursor), sUnion(words), n_pairs(pairs), per_tile(tile_chunks), log2_chunk(log2_c) {}
-  __device__ __forceinline__ int64_t take(int p0, int lane) {
-    // per_tile is 1, 2 or 4 and divides 8, so an n-tile's 8 pairs start on a tile: pairs p0 .. p0 + 7 are the
-    // tiles of ranks p0 / per_tile .., the next ones under the cursor.
-    const int log2_per_tile = per_tile == 1 ? 0 : (per_tile == 2 ? 1 : 2);
-    int64_t my_c = -1;
-    const int pairs = ::min(8, n_pairs - p0);
-    const int p = lane / 4;
-    if (p < pairs) {
-      TileCursor lc = pc;
-      const int bit = lc.select(sUnion, p >> log2_per_tile);
-      my_c = (((int64_t(lc.word) * 32 + bit) * kTileKeys) >> log2_chunk) + (p & (per_tile - 1));
-    }
-    // Past the n-tile's tiles: the cursor at the first tile of the next n-tile.
-    const int last = pc.select(sUnion, ((pairs + per_tile - 1) >> log2_per_tile) - 1);
-    pc.bits &= ~((2u << last) - 1u);  // (2u << 31 wraps to 0: all bits cleared)
-    return my_c;
-  }
+  TileCursor start;  // the item's first tile (rank 0): its word, with the bits before it cleared
+  int union_words, n_pairs, per_tile, log2_chunk;
+  int w0;    // first word of the window
+  int base;  // tiles of the item before the window
+  __device__ __forceinline__ PairColumns(TileCursor cursor, const uint32_t* words, int words_in_union, int pairs,
+                                         int tile_chunks, int log2_c)
+      : sUnion(words), start(cursor), union_words(words_in_union), n_pairs(pairs), per_tile(tile_chunks),
+        log2_chunk(log2_c), w0(cursor.word), base(0) {}
   __device__ __forceinline__ int64_t column(int p0, int lane) {
-    for (; at < p0 && at < n_pairs; at += 8) (void)take(at, lane);
-    at = p0 + 8;
-    return p0 < n_pairs ? take(p0, lane) : -1;
+    if (p0 >= n_pairs) return -1;  // warp-uniform
+    // per_tile is 1, 2 or 4 and divides 8, so an n-tile's 8 pairs start on a tile.
+    const int log2_per_tile = per_tile == 1 ? 0 : (per_tile == 2 ? 1 : 2);
+    const int p = p0 + lane / 4;
+    const int k = p < n_pairs ? (p >> log2_per_tile) : -1;       // this lane's tile rank
+    const int k_last = ::min(p0 + 7, n_pairs - 1) >> log2_per_tile;  // the n-tile's last rank (warp-uniform)
+    int64_t my_c = -1;
+    while (w0 < union_words) {
+      const int w = w0 + lane;
+      const uint32_t bits = w == start.word ? start.bits : (w < union_words ? sUnion[w] : 0u);
+      const int count = __popc(bits);
+      int incl = count;
+#pragma unroll
+      for (int off = 1; off < 32; off <<= 1) {
+        const int t = __shfl_up_sync(0xffffffffu, incl, off);
+        if (lane >= off) incl += t;
+      }
+      const int total = __shfl_sync(0xffffffffu, incl, 31);
+      // The first lane whose inclusive count passes this lane's rank within the window.
+      const int kk = k - base;
+      int word_lane = 0;
+#pragma unroll
+      for (int step = 16; step > 0; step >>= 1) {
+        if (__shfl_sync(0xffffffffu, incl, word_lane + step - 1) <= kk) word_lane += step;
+      }
+      word_lane &= 31;
+      const uint32_t wb = __shfl_sync(0xffffffffu, bits, word_lane);
+      const int before = __shfl_sync(0xffffffffu, incl, word_lane) - __popc(wb);
+      if (k >= base && kk < total) {
+        const int bit = int(__fns(wb, 0u, kk - before + 1));
+        my_c = (((int64_t(w0 + word_lane) * 32 + bit) * kTileKeys) >> log2_chunk) + (p & (per_tile - 1));
+      }
+      if (k_last < base + total) break;  // the window holds the n-tile's last tile: the next call starts here
+      base += total;
+      w0 += 32;
+    }
+    return my_c;
   }
 };
 
@@ -133,7 +155,7 @@ __device__ __forceinline__ void fill_bias_table(const TableFill& f, QFragment&& 
   const Element* summ = static_cast<const Element*>(a.summaries.data);
   const int64_t n_complete = sp.n_k >> a.log2_chunk;
   const bool writer = (lane / 4) % g == 0;  // the first row of its token (g divides 8, or row 0 with g = 16)
-  PairColumns cols(f.cursor, sUnion, n_pairs, per_tile, a.log2_chunk);
+  PairColumns cols(f.cursor, sUnion, f.union_words, n_pairs, per_tile, a.log2_chunk);
   auto load_column = [&](int64_t my_c, uint32_t (&kbf)[Cfg::kKSteps][2]) {
     const bool ok = my_c >= 0 && my_c < n_complete;
     const uint32_t* kp =
