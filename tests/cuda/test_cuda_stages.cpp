@@ -239,27 +239,29 @@ TEST_CASE("cuda small grid: decode routing over clusters") {
   check_case(c);
 }
 
-// Nearly equal scores make all 256 chunks of every row candidates, more than the single-sweep kernel's lists hold,
-// so every block (2 token blocks x 2 KV heads x 3 sequences) overflows and routes itself with the multi-pass code,
-// in the shared memory of the sweep. Small enough for the sanitizers.
-TEST_CASE("cuda small grid: overflowing blocks routed by the multi-pass code") {
-  if (!compiled(128)) return;
-  Case c{"hand-over b=3, n_q=100, n_k=4096, C=16, d=128, g=2", spec(3, 100, 4096, 4, 2, 128, DType::kBF16, 0.02, 49),
-         {}};
+// Nearly equal scores (q_std 0.02) make every chunk of every row a candidate, more than the single-sweep kernel's
+// lists hold, so every block overflows (C = 16, d = 128, g = 2).
+static void check_overflow_case(const char* name, ref::ProblemSpec problem) {
+  Case c{name, problem, {}};
   c.method.chunk_size = 16;
   c.dense_candidates = true;
   check_case(c);
 }
 
-// The same with rows of ~2250 chunks, more than a block routes in place: the blocks mark themselves and the
-// multi-pass kernel, launched for such lengths, finds them by their τ marks.
+// Rows of up to 256 chunks: every block (2 token blocks x 2 KV heads x 3 sequences) routes itself with the
+// multi-pass code, in the shared memory of the sweep. Small enough for the sanitizers.
+TEST_CASE("cuda small grid: overflowing blocks routed by the multi-pass code") {
+  if (!compiled(128)) return;
+  check_overflow_case("hand-over b=3, n_q=100, n_k=4096, C=16, d=128, g=2",
+                      spec(3, 100, 4096, 4, 2, 128, DType::kBF16, 0.02, 49));
+}
+
+// Rows of ~2250 chunks, more than a block routes in place: the blocks mark themselves and the multi-pass kernel,
+// launched for such lengths, finds them by their τ marks.
 TEST_CASE("cuda small grid: long overflowing blocks handed over to the multi-pass kernel") {
   if (!compiled(128)) return;
-  Case c{"long hand-over b=1, n_q=64, n_k=36000, C=16, d=128, g=2",
-         spec(1, 64, 36000, 4, 2, 128, DType::kBF16, 0.02, 51), {}};
-  c.method.chunk_size = 16;
-  c.dense_candidates = true;
-  check_case(c);
+  check_overflow_case("long hand-over b=1, n_q=64, n_k=36000, C=16, d=128, g=2",
+                      spec(1, 64, 36000, 4, 2, 128, DType::kBF16, 0.02, 51));
 }
 
 // 32 heads that each route a few chunks of their own: unions of the heads' supports wider than the prefill
