@@ -70,7 +70,10 @@ struct FastSmem {
   }
 };
 
-template <int kHeadDim, typename T>
+// kInPlace: a block whose lists overflow may route itself (route_block_call); the instance without that call keeps
+// the sweep's registers as they were (the call's ABI adds spills to the sweep: 40 / 28 -> 80 / 136 bytes at
+// d = 128, which cost long prefills 0.3-0.9 % of Stage 1; perf-log.md, seventeenth pass).
+template <int kHeadDim, typename T, bool kInPlace>
 __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
   RoutePhaseClock phase_clock;
   using C = Config<kHeadDim>;
@@ -528,16 +531,16 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
   phase_clock.mark(2);  // pass B
 
   if (overflow) {
-    if (cmax <= a.in_place_max_chunks) {
+    if (kInPlace && cmax <= a.in_place_max_chunks) {
       // The multi-pass algorithm redoes this block here, in the same shared memory (the launch gives the kernel at
       // least Smem::kBytes), so that no second launch is needed: one that only checks marks cost ~30 us at 64K
       // tokens (~16K blocks that each read a mark and exit; perf-log.md, seventeenth pass).
       __syncthreads();  // every thread is done with the lists and the tile buffers
-      route_block_call<kHeadDim, T>(a, tok0, r, seq, smem);
+      if constexpr (kInPlace) route_block_call<kHeadDim, T>(a, tok0, r, seq, smem);
     } else {
       // A long block goes to the multi-pass kernel, whose launch has the registers its solve needs (in place, under
       // this kernel's bound, the 1M-token prefill took 6.35 s instead of 6.19). The mark goes to every row so that
-      // the first one carries it.
+      // the first one carries it. (The launcher takes the instance without the call for such lengths.)
       for (int rho = tid; rho < rows_used; rho += kThreads) {
         *a.tau.ptr<float>(sp.batch_index, int64_t(r) * g + rho % g, sp.q_begin + tok0 + rho / g) =
             __uint_as_float(kHandOverTauBits);

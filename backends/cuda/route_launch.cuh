@@ -1,7 +1,7 @@
 // Stage-1 launcher of one (head dim, dtype) instance: the cluster kernel (route_cluster.cuh) for decode shapes on
-// sm_90, else the single-sweep kernel (route_fast.cuh) for every block (a block whose lists overflow routes itself
-// with the multi-pass code, or if long hands itself over); then the multi-pass kernel (route_kernels.cuh) for the
-// blocks handed over, when any can be. Queries or summaries whose rows are not 16-byte aligned go to the
+// sm_90, else the single-sweep kernel (route_fast.cuh) for every block (up to 1024 chunks a block whose lists
+// overflow routes itself with the multi-pass code, beyond it hands itself over); then the multi-pass kernel
+// (route_kernels.cuh) for the blocks handed over, when any can be. Queries or summaries whose rows are not 16-byte aligned go to the
 // multi-pass kernel alone. Included only by the generated route_hdim*_*.cu.
 #pragma once
 
@@ -138,16 +138,20 @@ void route_instance(const RouteParams& p, const ProblemShape& s, cudaStream_t st
     a.stages = decode_like ? kMaxStages : 2;
     a.list_cap = decode_like ? kDecodeListCap : kPrefillListCap;
     const size_t fast_smem = FastSmem<kHeadDim>::bytes(a.stages, a.list_cap);
-    DASHATTN_CUDA_CHECK(cudaFuncSetAttribute(route_fast_kernel<kHeadDim, T>,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             static_cast<int>(fast_smem)));
-    // Overflowing blocks of up to 2048 chunks (128K tokens at C = 64) route themselves; longer ones, which the
-    // 1M-token prefill has in numbers, go to the multi-pass kernel (perf-log.md, seventeenth pass).
-    constexpr int64_t kInPlaceMaxChunks = 2048;
+    // Sequences of up to 1024 chunks (64K tokens at C = 64): an overflowing block routes itself and there is no
+    // second launch (Stage 0+1 at 32K / 64K 2 % / 1-2 % faster). Longer ones keep the instance without that path
+    // and the multi-pass kernel's launch for the blocks they hand over: at 128K / 256K the in-place instance's
+    // sweep was 0.5-0.9 % / 0.3-0.7 % slower, and at 1M, where blocks overflow in numbers, the multi-pass code
+    // under the sweep's register bound took the prefill from 6.19 to 6.35 s (perf-log.md, seventeenth pass).
+    constexpr int64_t kInPlaceMaxChunks = 1024;
     a.in_place_max_chunks = int(kInPlaceMaxChunks);
-    route_fast_kernel<kHeadDim, T><<<grid, kThreads, fast_smem, stream>>>(a);
+    const bool in_place = s.max_chunks <= kInPlaceMaxChunks;
+    const auto kernel = in_place ? route_fast_kernel<kHeadDim, T, true> : route_fast_kernel<kHeadDim, T, false>;
+    DASHATTN_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(fast_smem)));
+    kernel<<<grid, kThreads, fast_smem, stream>>>(a);
     DASHATTN_CUDA_CHECK_LAUNCH();
-    if (s.max_chunks <= kInPlaceMaxChunks) return;
+    if (in_place) return;
     a.only_flagged = true;
   }
   const size_t smem = Smem<kHeadDim>::kBytes;
