@@ -181,7 +181,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     plan = plan_item(a, item, sUnion, split, per_tile, sCount[0], sCount[1], full_bar32, full_bar64);
     if (tid == 0) {
       phase_mark(PhaseKernel::kAttend, 2);
-      phase_set_active(PhaseKernel::kAttend, plan.tile_count > 0);
+      phase_set_active(PhaseKernel::kAttend, plan.tile_count > 0, int(plan.tile_count));
     }
   }
   float* sTable = reinterpret_cast<float*>(smem_raw + a.bias_table_offset);

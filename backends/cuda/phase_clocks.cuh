@@ -3,7 +3,8 @@
 //
 // Thread 0 of each CTA stamps the global timer at the kernel's marks (PhaseKernel lists them); the last CTA to
 // finish prints, over the CTAs marked active, the mean and the maximum of every stamp after the earliest entry of
-// the launch, and again after each CTA's own entry, in ns. Measured this way on an H100 (perf-log.md): a 64K
+// the launch, and again after each CTA's own entry, in ns; for a launch of up to 1024 CTAs also its tail: which
+// CTAs reach the second-to-last mark last, with their multiprocessor and work. Measured this way on an H100 (perf-log.md): a 64K
 // decode step's Stage 2 spends ~2 us before its tile stream starts and ~4 us after its last tile; a 64K prefill
 // CTA with the bias at 93.75 % ~11 us before its first tile.
 #pragma once
@@ -22,6 +23,8 @@ constexpr int kPhaseMarks = 9;
 constexpr int kPhaseMaxCtas = 16384;
 __device__ unsigned long long g_phase[2][kPhaseMaxCtas][kPhaseMarks];
 __device__ int g_phase_active[2][kPhaseMaxCtas];
+__device__ int g_phase_work[2][kPhaseMaxCtas];  // the CTA's work (attend: its tiles)
+__device__ int g_phase_sm[2][kPhaseMaxCtas];
 __device__ unsigned int g_phase_done[2];
 __device__ float g_phase_sink;
 
@@ -38,8 +41,48 @@ __device__ __forceinline__ void phase_mark_ready(PhaseKernel k, int i, float v) 
   g_phase_sink = v;
   phase_mark(k, i);
 }
-__device__ __forceinline__ void phase_set_active(PhaseKernel k, bool active) {
+__device__ __forceinline__ void phase_set_active(PhaseKernel k, bool active, int work = 0) {
+  unsigned sm;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
   g_phase_active[int(k)][phase_cta()] = active ? 1 : 0;
+  g_phase_work[int(k)][phase_cta()] = work;
+  g_phase_sm[int(k)][phase_cta()] = int(sm);
+}
+// A one-wave launch's tail (at most 1024 CTAs): which CTAs reach mark `late` last, and whether that follows their
+// work or their sharing a multiprocessor with another CTA of the launch.
+__device__ inline void phase_report_tail(int kk, int n, unsigned long long t0, int late) {
+  if (n > 1024) return;
+  int per_sm[256] = {};
+  double sx = 0, sy = 0, sxx = 0, sxy = 0, syy = 0, shared_sum = 0, alone_sum = 0;
+  int used = 0, shared_n = 0, alone_n = 0;
+  for (int c = 0; c < n; ++c)
+    if (g_phase_active[kk][c]) ++per_sm[g_phase_sm[kk][c] & 255];
+  for (int c = 0; c < n; ++c) {
+    if (!g_phase_active[kk][c]) continue;
+    const double x = g_phase_work[kk][c], y = double(g_phase[kk][c][late] - g_phase[kk][c][0]);
+    sx += x; sy += y; sxx += x * x; sxy += x * y; syy += y * y; ++used;
+    if (per_sm[g_phase_sm[kk][c] & 255] > 1) { shared_sum += y; ++shared_n; } else { alone_sum += y; ++alone_n; }
+  }
+  if (used < 2) return;
+  const double cov = sxy / used - (sx / used) * (sy / used);
+  const double vx = sxx / used - (sx / used) * (sx / used), vy = syy / used - (sy / used) * (sy / used);
+  printf("phases tail: mark %d after the CTA's entry, mean %.0f ns on shared SMs (%d CTAs), %.0f alone (%d); "
+         "correlation with work %.2f (work mean %.1f); latest (cta sm work entry mark):",
+         late, shared_n ? shared_sum / shared_n : 0.0, shared_n, alone_n ? alone_sum / alone_n : 0.0, alone_n,
+         vx > 0 && vy > 0 ? cov / sqrt(vx * vy) : 0.0, sx / used);
+  unsigned long long prev = ~0ull;
+  for (int r = 0; r < 8; ++r) {  // the 8 latest, by selection
+    int best = -1;
+    for (int c = 0; c < n; ++c) {
+      if (!g_phase_active[kk][c] || g_phase[kk][c][late] >= prev) continue;
+      if (best < 0 || g_phase[kk][c][late] > g_phase[kk][best][late]) best = c;
+    }
+    if (best < 0) break;
+    prev = g_phase[kk][best][late];
+    printf(" (%d %d %d %llu %llu)", best, g_phase_sm[kk][best], g_phase_work[kk][best], g_phase[kk][best][0] - t0,
+           g_phase[kk][best][late] - t0);
+  }
+  printf("\n");
 }
 __device__ inline void phase_report(PhaseKernel k, const char* names) {
   const int kk = int(k);
@@ -71,6 +114,7 @@ __device__ inline void phase_report(PhaseKernel k, const char* names) {
     for (int i = 0; i < kPhaseMarks; ++i) printf(" %llu", mx[i]);
     printf("\n");
   }
+  phase_report_tail(kk, n, t0, kPhaseMarks - 2);
 }
 // The exit stamp (the last mark); the last CTA of the launch prints the report and re-arms the counter.
 __device__ __forceinline__ void phase_finish(PhaseKernel k, const char* names) {
@@ -85,7 +129,7 @@ __device__ __forceinline__ void phase_finish(PhaseKernel k, const char* names) {
 #else
 __device__ __forceinline__ void phase_mark(PhaseKernel, int) {}
 __device__ __forceinline__ void phase_mark_ready(PhaseKernel, int, float) {}
-__device__ __forceinline__ void phase_set_active(PhaseKernel, bool) {}
+__device__ __forceinline__ void phase_set_active(PhaseKernel, bool, int = 0) {}
 __device__ __forceinline__ void phase_finish(PhaseKernel, const char*) {}
 #endif
 
