@@ -4,9 +4,9 @@
 // Thread 0 of each CTA stamps the global timer at the kernel's marks (PhaseKernel lists them); the last CTA to
 // finish prints, over the CTAs marked active, the mean and the maximum of every stamp after the earliest entry of
 // the launch, and again after each CTA's own entry, in ns; for a launch of up to 1024 CTAs also its tail: which
-// CTAs reach the second-to-last mark last, with their multiprocessor and work. Measured this way on an H100 (perf-log.md): a 64K
-// decode step's Stage 2 spends ~2 us before its tile stream starts and ~4 us after its last tile; a 64K prefill
-// CTA with the bias at 93.75 % ~11 us before its first tile.
+// CTAs reach the second-to-last mark last, with their multiprocessor and work. Measured this way on an H100
+// (perf-log.md): a 64K decode step's Stage 2 spends ~2 us before its tile stream starts and ~4 us after its last
+// tile; a 64K prefill CTA with the bias at 93.75 % ~11 us before its first tile.
 #pragma once
 
 #include <cstdint>
