@@ -237,6 +237,11 @@ TEST_CASE("cuda small grid: decode routing over clusters") {
   if (!compiled(128)) return;
   Case c{"decode b=2, n_q=1, n_k=8192, C=64, d=128, g=16", spec(2, 1, 8192, 32, 2, 128, DType::kBF16, 8.0, 45), {}};
   check_case(c);
+  // 1024 chunks: each of the cluster's 8 CTAs scores 128 (a whole staging round), as a 64K-token step at C = 64.
+  Case wide{"decode b=2, n_q=1, n_k=16384, C=16, d=128, g=16", spec(2, 1, 16384, 32, 2, 128, DType::kBF16, 8.0, 46),
+            {}};
+  wide.method.chunk_size = 16;
+  check_case(wide);
 }
 
 // Nearly equal scores (q_std 0.02) make every chunk of every row a candidate, more than the single-sweep kernel's
