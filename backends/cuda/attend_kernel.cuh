@@ -701,6 +701,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
         // releases was filled, which keeps exactly one arrival per lane in each phase of the empty barrier.
         mma::mbar_wait(plan.full_bar + 8u * stage, parity);
         if (tid == 0 && it == 0) phase_mark(PhaseKernel::kAttend, 6);
+        if (lane == 0) phase_tile(it);
         if (need) {
           const uint32_t sK_addr = sRing_addr + uint32_t(stage) * 2u * kTileBytes;
           const uint32_t sV_addr = sK_addr + kTileBytes;

@@ -4,7 +4,8 @@
 // Thread 0 of each CTA stamps the global timer at the kernel's marks (PhaseKernel lists them); the last CTA to
 // finish prints, over the CTAs marked active, the mean and the maximum of every stamp after the earliest entry of
 // the launch, and again after each CTA's own entry, in ns; for a launch of up to 1024 CTAs also its tail: which
-// CTAs reach the second-to-last mark last, with their multiprocessor and work. Measured this way on an H100
+// CTAs reach the second-to-last mark last, with their multiprocessor and work (Stage 2: also the arrival time of
+// each of their first 32 tiles, and of the earliest CTAs'). Measured this way on an H100
 // (perf-log.md): a 64K decode step's Stage 2 spends ~2 us before its tile stream starts and ~4 us after its last
 // tile; a 64K prefill CTA with the bias at 93.75 % ~11 us before its first tile.
 #pragma once
@@ -25,6 +26,8 @@ __device__ unsigned long long g_phase[2][kPhaseMaxCtas][kPhaseMarks];
 __device__ int g_phase_active[2][kPhaseMaxCtas];
 __device__ int g_phase_work[2][kPhaseMaxCtas];  // the CTA's work (attend: its tiles)
 __device__ int g_phase_sm[2][kPhaseMaxCtas];
+constexpr int kPhaseTiles = 32;
+__device__ unsigned long long g_phase_tile[kPhaseMaxCtas][kPhaseTiles];  // attend: when each of its first tiles was in
 __device__ unsigned int g_phase_done[2];
 __device__ float g_phase_sink;
 
@@ -47,6 +50,13 @@ __device__ __forceinline__ void phase_set_active(PhaseKernel k, bool active, int
   g_phase_active[int(k)][phase_cta()] = active ? 1 : 0;
   g_phase_work[int(k)][phase_cta()] = work;
   g_phase_sm[int(k)][phase_cta()] = int(sm);
+}
+// Stage 2 (attend): tile `it` of this CTA is in the ring (called by one lane of the warp that consumes it).
+__device__ __forceinline__ void phase_tile(int it) {
+  if (it >= kPhaseTiles) return;
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  g_phase_tile[phase_cta()][it] = t;
 }
 // A one-wave launch's tail (at most 1024 CTAs): which CTAs reach mark `late` last, and whether that follows their
 // work or their sharing a multiprocessor with another CTA of the launch.
@@ -83,6 +93,27 @@ __device__ inline void phase_report_tail(int kk, int n, unsigned long long t0, i
            g_phase[kk][best][late] - t0);
   }
   printf("\n");
+  if (kk != int(PhaseKernel::kAttend)) return;
+  // Tile arrival times (us after the launch's first entry) of the 3 latest and the 3 earliest CTAs: whether the
+  // late ones start late or stream slower.
+  for (int side = 0; side < 2; ++side) {
+    unsigned long long bound = side == 0 ? ~0ull : 0ull;
+    for (int r = 0; r < 3; ++r) {
+      int best = -1;
+      for (int c = 0; c < n; ++c) {
+        if (!g_phase_active[kk][c]) continue;
+        const unsigned long long v = g_phase[kk][c][late];
+        if (side == 0 ? v >= bound : v <= bound) continue;
+        if (best < 0 || (side == 0 ? v > g_phase[kk][best][late] : v < g_phase[kk][best][late])) best = c;
+      }
+      if (best < 0) break;
+      bound = g_phase[kk][best][late];
+      printf("phases tiles %s cta %d (%d tiles):", side == 0 ? "late" : "early", best, g_phase_work[kk][best]);
+      const int nt = g_phase_work[kk][best] < kPhaseTiles ? g_phase_work[kk][best] : kPhaseTiles;
+      for (int i = 0; i < nt; ++i) printf(" %.1f", double(g_phase_tile[best][i] - t0) * 1e-3);
+      printf("\n");
+    }
+  }
 }
 __device__ inline void phase_report(PhaseKernel k, const char* names) {
   const int kk = int(k);
@@ -130,6 +161,7 @@ __device__ __forceinline__ void phase_finish(PhaseKernel k, const char* names) {
 __device__ __forceinline__ void phase_mark(PhaseKernel, int) {}
 __device__ __forceinline__ void phase_mark_ready(PhaseKernel, int, float) {}
 __device__ __forceinline__ void phase_set_active(PhaseKernel, bool, int = 0) {}
+__device__ __forceinline__ void phase_tile(int) {}
 __device__ __forceinline__ void phase_finish(PhaseKernel, const char*) {}
 #endif
 
