@@ -47,9 +47,10 @@ __device__ __forceinline__ void phase_mark_ready(PhaseKernel k, int i, float v) 
 __device__ __forceinline__ void phase_set_active(PhaseKernel k, bool active, int work = 0) {
   unsigned sm;
   asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
-  g_phase_active[int(k)][phase_cta()] = active ? 1 : 0;
-  g_phase_work[int(k)][phase_cta()] = work;
-  g_phase_sm[int(k)][phase_cta()] = int(sm);
+  const int c = phase_cta();
+  g_phase_active[int(k)][c] = active ? 1 : 0;
+  g_phase_work[int(k)][c] = work;
+  g_phase_sm[int(k)][c] = int(sm);
 }
 // Stage 2 (attend): tile `it` of this CTA is in the ring (called by one lane of the warp that consumes it).
 __device__ __forceinline__ void phase_tile(int it) {
@@ -57,6 +58,18 @@ __device__ __forceinline__ void phase_tile(int it) {
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   g_phase_tile[phase_cta()][it] = t;
+}
+// The active CTA whose mark `late` comes next after `bound`: the latest one before it (latest), or the earliest one
+// after it; -1 when none is left.
+__device__ inline int phase_next_cta(int kk, int n, int late, unsigned long long bound, bool latest) {
+  int best = -1;
+  for (int c = 0; c < n; ++c) {
+    if (!g_phase_active[kk][c]) continue;
+    const unsigned long long v = g_phase[kk][c][late];
+    if (latest ? v >= bound : v <= bound) continue;
+    if (best < 0 || (latest ? v > g_phase[kk][best][late] : v < g_phase[kk][best][late])) best = c;
+  }
+  return best;
 }
 // A one-wave launch's tail (at most 1024 CTAs): which CTAs reach mark `late` last, and whether that follows their
 // work or their sharing a multiprocessor with another CTA of the launch.
@@ -82,11 +95,7 @@ __device__ inline void phase_report_tail(int kk, int n, unsigned long long t0, i
          vx > 0 && vy > 0 ? cov / sqrt(vx * vy) : 0.0, sx / used);
   unsigned long long prev = ~0ull;
   for (int r = 0; r < 8; ++r) {  // the 8 latest, by selection
-    int best = -1;
-    for (int c = 0; c < n; ++c) {
-      if (!g_phase_active[kk][c] || g_phase[kk][c][late] >= prev) continue;
-      if (best < 0 || g_phase[kk][c][late] > g_phase[kk][best][late]) best = c;
-    }
+    const int best = phase_next_cta(kk, n, late, prev, true);
     if (best < 0) break;
     prev = g_phase[kk][best][late];
     printf(" (%d %d %d %llu %llu)", best, g_phase_sm[kk][best], g_phase_work[kk][best], g_phase[kk][best][0] - t0,
@@ -99,13 +108,7 @@ __device__ inline void phase_report_tail(int kk, int n, unsigned long long t0, i
   for (int side = 0; side < 2; ++side) {
     unsigned long long bound = side == 0 ? ~0ull : 0ull;
     for (int r = 0; r < 3; ++r) {
-      int best = -1;
-      for (int c = 0; c < n; ++c) {
-        if (!g_phase_active[kk][c]) continue;
-        const unsigned long long v = g_phase[kk][c][late];
-        if (side == 0 ? v >= bound : v <= bound) continue;
-        if (best < 0 || (side == 0 ? v > g_phase[kk][best][late] : v < g_phase[kk][best][late])) best = c;
-      }
+      const int best = phase_next_cta(kk, n, late, bound, side == 0);
       if (best < 0) break;
       bound = g_phase[kk][best][late];
       printf("phases tiles %s cta %d (%d tiles):", side == 0 ? "late" : "early", best, g_phase_work[kk][best]);

@@ -10,8 +10,8 @@
 // the solve). Entries go in chunk order, except that a full block lists a 16-chunk sub-tile quad lane by quad
 // lane (lane_list); the solve and the emit do not depend on the order. A list about to overflow is first
 // compacted against the current maximum; a row whose candidates still do not fit makes the block route itself
-// with the multi-pass algorithm (route_block, route_kernels.cuh), from scratch, or for a long block (more than
-// in_place_max_chunks chunks) hand itself to the multi-pass kernel. (On the synthetic benchmark
+// with the multi-pass algorithm (route_block, route_kernels.cuh), from scratch, or in the instance launched for
+// long sequences hand itself to the multi-pass kernel. (On the synthetic benchmark
 // problem at 64K tokens a row lists 2.6 final candidates and 6.9 entries in all on average, at most 36 of the 44
 // that fit.)
 //
@@ -70,8 +70,9 @@ struct FastSmem {
   }
 };
 
-// kInPlace: a block whose lists overflow may route itself (route_block_call); the instance without that call keeps
-// the sweep's registers as they were (the call's ABI adds spills to the sweep: 40 / 28 -> 80 / 136 bytes at
+// kInPlace: a block whose lists overflow routes itself (route_block_call), else it hands itself over; the launcher
+// takes this instance for sequences of up to 1024 chunks. The instance without that call keeps the sweep's
+// registers as they were (the call's ABI adds spills to the sweep: 40 / 28 -> 80 / 136 bytes at
 // d = 128, which cost long prefills 0.3-0.9 % of Stage 1; perf-log.md, seventeenth pass).
 template <int kHeadDim, typename T, bool kInPlace>
 __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
@@ -531,16 +532,16 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
   phase_clock.mark(2);  // pass B
 
   if (overflow) {
-    if (kInPlace && cmax <= a.in_place_max_chunks) {
+    if constexpr (kInPlace) {
       // The multi-pass algorithm redoes this block here, in the same shared memory (the launch gives the kernel at
       // least Smem::kBytes), so that no second launch is needed: one that only checks marks cost ~30 us at 64K
       // tokens (~16K blocks that each read a mark and exit; perf-log.md, seventeenth pass).
       __syncthreads();  // every thread is done with the lists and the tile buffers
-      if constexpr (kInPlace) route_block_call<kHeadDim, T>(a, tok0, r, seq, smem);
+      route_block_call<kHeadDim, T>(a, tok0, r, seq, smem);
     } else {
-      // A long block goes to the multi-pass kernel, whose launch has the registers its solve needs (in place, under
-      // this kernel's bound, the 1M-token prefill took 6.35 s instead of 6.19). The mark goes to every row so that
-      // the first one carries it. (The launcher takes the instance without the call for such lengths.)
+      // A block of a long sequence goes to the multi-pass kernel, whose launch has the registers its solve needs
+      // (in place, under this kernel's bound, the 1M-token prefill took 6.35 s instead of 6.19). The mark goes to
+      // every row so that the first one carries it.
       for (int rho = tid; rho < rows_used; rho += kThreads) {
         *a.tau.ptr<float>(sp.batch_index, int64_t(r) * g + rho % g, sp.q_begin + tok0 + rho / g) =
             __uint_as_float(kHandOverTauBits);

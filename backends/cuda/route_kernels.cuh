@@ -41,10 +41,6 @@ struct RouteArgs {
   bool only_flagged;       // multi-pass kernel: run only the blocks the other kernels handed over
   int stages;              // single-sweep kernel: summary tiles in flight (2..4)
   int list_cap;            // single-sweep kernel: candidates per list column
-  // Single-sweep kernel: a block whose lists overflow routes itself with the multi-pass code if its longest row has
-  // at most this many chunks, else hands itself to the multi-pass kernel (launched only when some sequence is
-  // longer than this).
-  int in_place_max_chunks;
 };
 
 // τ bit pattern (a NaN no arithmetic produces) with which the cluster and single-sweep kernels mark, in the first

@@ -1,8 +1,8 @@
 // Stage-1 launcher of one (head dim, dtype) instance: the cluster kernel (route_cluster.cuh) for decode shapes on
 // sm_90, else the single-sweep kernel (route_fast.cuh) for every block (up to 1024 chunks a block whose lists
 // overflow routes itself with the multi-pass code, beyond it hands itself over); then the multi-pass kernel
-// (route_kernels.cuh) for the blocks handed over, when any can be. Queries or summaries whose rows are not 16-byte aligned go to the
-// multi-pass kernel alone. Included only by the generated route_hdim*_*.cu.
+// (route_kernels.cuh) for the blocks handed over, when any can be. Queries or summaries whose rows are not
+// 16-byte aligned go to the multi-pass kernel alone. Included only by the generated route_hdim*_*.cu.
 #pragma once
 
 #include <algorithm>
@@ -143,8 +143,8 @@ void route_instance(const RouteParams& p, const ProblemShape& s, cudaStream_t st
     // and the multi-pass kernel's launch for the blocks they hand over: at 128K / 256K the in-place instance's
     // sweep was 0.5-0.9 % / 0.3-0.7 % slower, and at 1M, where blocks overflow in numbers, the multi-pass code
     // under the sweep's register bound took the prefill from 6.19 to 6.35 s (perf-log.md, seventeenth pass).
+    // (The instance encodes the choice: no block of such a sequence has more chunks than max_chunks.)
     constexpr int64_t kInPlaceMaxChunks = 1024;
-    a.in_place_max_chunks = int(kInPlaceMaxChunks);
     const bool in_place = s.max_chunks <= kInPlaceMaxChunks;
     const auto kernel = in_place ? route_fast_kernel<kHeadDim, T, true> : route_fast_kernel<kHeadDim, T, false>;
     DASHATTN_CUDA_CHECK(

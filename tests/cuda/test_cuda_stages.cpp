@@ -257,7 +257,7 @@ static void check_overflow_case(const char* name, ref::ProblemSpec problem) {
 // multi-pass code, in the shared memory of the sweep. Small enough for the sanitizers.
 TEST_CASE("cuda small grid: overflowing blocks routed by the multi-pass code") {
   if (!compiled(128)) return;
-  check_overflow_case("hand-over b=3, n_q=100, n_k=4096, C=16, d=128, g=2",
+  check_overflow_case("in place b=3, n_q=100, n_k=4096, C=16, d=128, g=2",
                       spec(3, 100, 4096, 4, 2, 128, DType::kBF16, 0.02, 49));
 }
 
