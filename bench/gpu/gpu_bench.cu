@@ -6,8 +6,15 @@
 //   decode: b = 24, one new token over a cache of N; Stage 0 (the chunk the token completes), Stage 1, Stage 2 at
 //     random masks with split-KV, our dense decode.
 // Every figure is the median over many replays of a CUDA graph holding the timed launches (so host-side
-// validation and launch gaps stay out), after warm-up, on non-zero inputs. The inputs exceed the L2 cache at
-// every protocol size, so they are not rotated. Prints JSON lines (one per measurement) and a markdown table.
+// validation and launch gaps stay out), after warm-up, on non-zero inputs. Inputs that fit in the L2 cache are
+// rotated, as the protocol asks: a decode step's routing reads only q and the summaries (12.6 MB at 64K), which
+// replays of one graph would find in L2, while in an engine the other layers' work evicts a layer's summaries
+// between two of its steps. So the decode timings of Stage 0, Stage 1 and the step cycle through copies of q and
+// the summaries that together exceed twice the L2 (one graph per copy; the kernels' code stays cached, as in an
+// engine that runs them every layer), and decode Stage 2 through as many random masks of the same sparsity, since
+// the K/V tiles one mask routes fit in the L2 at 16K / 93.75 %; --warm-l2 times them on one copy. Every other
+// input (a prefill's, the dense decode's K/V) exceeds the L2 at every protocol size. Prints JSON lines (one per measurement) and a
+// markdown table.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -15,6 +22,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -42,6 +50,8 @@ struct Options {
   // Extra decode step timings with Stage 0 after Stage 2 or left out, to tell what Stage 0 beside Stage 2 costs
   // the step.
   bool step_variants = false;
+  // Decode routing and steps timed on one copy of q and the summaries (L2-warm replays), not rotated.
+  bool warm_l2 = false;
 };
 
 // Device buffer with a view, freed at scope exit.
@@ -74,15 +84,19 @@ AttendParams attend_params(const RouteParams& rp, const SummarizeParams& sp, con
   return ap;
 }
 
-// Median time (ms) of one replay of the graph captured from body.
-double time_ms(cudaStream_t st, int reps, const std::function<void(cudaStream_t)>& body) {
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-  body(st);
-  CK(cudaStreamEndCapture(st, &graph));
-  CK(cudaGraphInstantiate(&exec, graph, 0));
-  for (int i = 0; i < 3; ++i) CK(cudaGraphLaunch(exec, st));
+// Median time (ms) of one graph replay: one graph per input copy r = 0 .. copies - 1, captured from body(stream, r),
+// replayed in turn so that each finds its inputs where the other copies' replays left the L2.
+double time_ms_rotating(cudaStream_t st, int reps, int copies,
+                        const std::function<void(cudaStream_t, int)>& body) {
+  std::vector<cudaGraph_t> graphs(static_cast<size_t>(copies));
+  std::vector<cudaGraphExec_t> execs(static_cast<size_t>(copies));
+  for (int r = 0; r < copies; ++r) {
+    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    body(st, r);
+    CK(cudaStreamEndCapture(st, &graphs[r]));
+    CK(cudaGraphInstantiate(&execs[r], graphs[r], 0));
+  }
+  for (int i = 0; i < std::max(3, copies); ++i) CK(cudaGraphLaunch(execs[i % copies], st));
   CK(cudaStreamSynchronize(st));
   cudaEvent_t a, b;
   CK(cudaEventCreate(&a));
@@ -90,7 +104,7 @@ double time_ms(cudaStream_t st, int reps, const std::function<void(cudaStream_t)
   std::vector<float> t;
   for (int i = 0; i < reps; ++i) {
     CK(cudaEventRecord(a, st));
-    CK(cudaGraphLaunch(exec, st));
+    CK(cudaGraphLaunch(execs[i % copies], st));
     CK(cudaEventRecord(b, st));
     CK(cudaEventSynchronize(b));
     float ms = 0;
@@ -99,10 +113,17 @@ double time_ms(cudaStream_t st, int reps, const std::function<void(cudaStream_t)
   }
   CK(cudaEventDestroy(a));
   CK(cudaEventDestroy(b));
-  CK(cudaGraphExecDestroy(exec));
-  CK(cudaGraphDestroy(graph));
+  for (int r = 0; r < copies; ++r) {
+    CK(cudaGraphExecDestroy(execs[r]));
+    CK(cudaGraphDestroy(graphs[r]));
+  }
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
+}
+
+// Median time (ms) of one replay of the graph captured from body (inputs that exceed the L2).
+double time_ms(cudaStream_t st, int reps, const std::function<void(cudaStream_t)>& body) {
+  return time_ms_rotating(st, reps, 1, [&](cudaStream_t s, int) { body(s); });
 }
 
 __global__ void empty_kernel() {}
@@ -263,24 +284,6 @@ Row bench_decode(Backend& be, const Options& o, int64_t n, cudaStream_t st) {
   rp.routing.tau = view(tau.p, DType::kF32, {b, h_q, 1});
   rp.routing.mu = view(mu.p, DType::kF32, {b, h_kv, 1});
   rp.routing.active_chunks = view(active.p, DType::kI32, {b, h_kv, 1});
-  row.s0 = time_ms(st, o.reps * 3, [&](cudaStream_t s) { sp.stream = s; summarize(be, sp); });
-  emit("decode", n, "stage0", row.s0);
-  row.s1 = time_ms(st, o.reps * 3, [&](cudaStream_t s) { rp.stream = s; route(be, rp); });
-  // Stages 0 and 1 as one call: Stage 0 (the chunk the token completes, which no query of the step routes: the
-  // token's own chunk) beside Stage 1 on a second stream.
-  const double s01 = time_ms(st, o.reps * 3, [&](cudaStream_t s) {
-    sp.stream = s;
-    rp.stream = s;
-    summarize_and_route(be, sp, rp);
-  });
-  emit("decode", n, "stage01_fused", s01);
-  CK(cudaStreamSynchronize(st));
-  std::vector<int32_t> act(static_cast<size_t>(b * h_kv));
-  CK(cudaMemcpy(act.data(), active.p, act.size() * 4, cudaMemcpyDeviceToHost));
-  const RoutingStats rs = routing_stats(make_view(act.data(), DType::kI32, {b, h_kv, 1}), BatchLayout{}, 1, n, C);
-  row.sparsity_real = rs.sparsity;
-  emit("decode", n, "stage1", row.s1, "\"real_sparsity\":" + std::to_string(rs.sparsity));
-
   DenseParams dp;
   dp.q = rp.q;
   dp.k = sp.k;
@@ -291,30 +294,98 @@ Row bench_decode(Backend& be, const Options& o, int64_t n, cudaStream_t st) {
   size_t ws_bytes = std::max(cuda::attend_workspace_bytes(shape, false), cuda::attend_workspace_bytes(shape, true));
   for (int k : o.decode_splits) ws_bytes = std::max(ws_bytes, cuda::split_workspace_bytes(shape, k));
   Buf ws(ws_bytes);
+  // Stage 1 of the step writes its own mask (Stage 2 reads the random one). Allocated, as the workspace, before
+  // the input copies, so that the buffers Stage 2 uses lie where they do in a run without copies.
+  Buf mask_routed(mask.bytes);
+  // Copies of q and the summaries for the rotated timings (see the header; copy 0 is the original): together at
+  // least twice the L2, at most 64.
+  int l2_bytes = 0;
+  CK(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, 0));
+  const size_t copy_bytes = summ.bytes + q.bytes;
+  const int copies =
+      o.warm_l2 ? 1 : int(std::min<size_t>(64, std::max<size_t>(2, (2 * size_t(l2_bytes) + copy_bytes - 1) / copy_bytes)));
+  std::vector<std::unique_ptr<Buf>> copy_bufs;
+  std::vector<SummarizeParams> sp_at{sp};
+  std::vector<RouteParams> rp_at{rp};
+  for (int r = 1; r < copies; ++r) {
+    copy_bufs.push_back(std::make_unique<Buf>(summ.bytes));
+    const Buf& sb = *copy_bufs.back();
+    copy_bufs.push_back(std::make_unique<Buf>(q.bytes));
+    const Buf& qb = *copy_bufs.back();
+    CK(cudaMemcpy(sb.p, summ.p, summ.bytes, cudaMemcpyDeviceToDevice));
+    CK(cudaMemcpy(qb.p, q.p, q.bytes, cudaMemcpyDeviceToDevice));
+    sp_at.push_back(sp);
+    sp_at.back().summaries = view(sb.p, DType::kBF16, {b, nc, h_kv, d});
+    rp_at.push_back(rp);
+    rp_at.back().q = view(qb.p, DType::kBF16, {b, 1, h_q, d});
+    rp_at.back().summaries = sp_at.back().summaries;
+  }
+  auto rotated = [&](const std::function<void(cudaStream_t, int)>& body) {
+    return time_ms_rotating(st, o.reps * 3, copies, body);
+  };
+  emit("decode", n, "input_copies", 0.0, "\"copies\":" + std::to_string(copies));
+  row.s0 = rotated([&](cudaStream_t s, int r) { sp_at[r].stream = s; summarize(be, sp_at[r]); });
+  emit("decode", n, "stage0", row.s0);
+  row.s1 = rotated([&](cudaStream_t s, int r) { rp_at[r].stream = s; route(be, rp_at[r]); });
+  // Stages 0 and 1 as one call: Stage 0 (the chunk the token completes, which no query of the step routes: the
+  // token's own chunk) beside Stage 1 on a second stream.
+  const double s01 = rotated([&](cudaStream_t s, int r) {
+    sp_at[r].stream = s;
+    rp_at[r].stream = s;
+    summarize_and_route(be, sp_at[r], rp_at[r]);
+  });
+  emit("decode", n, "stage01_fused", s01);
+  CK(cudaStreamSynchronize(st));
+  std::vector<int32_t> act(static_cast<size_t>(b * h_kv));
+  CK(cudaMemcpy(act.data(), active.p, act.size() * 4, cudaMemcpyDeviceToHost));
+  const RoutingStats rs = routing_stats(make_view(act.data(), DType::kI32, {b, h_kv, 1}), BatchLayout{}, 1, n, C);
+  row.sparsity_real = rs.sparsity;
+  emit("decode", n, "stage1", row.s1, "\"real_sparsity\":" + std::to_string(rs.sparsity));
+
   row.dense = time_ms(st, o.reps * 3, [&](cudaStream_t s) {
     cuda::launch_dense(normalize_dense(dp), shape, ws.p, ws.bytes, s);
   });
   emit("decode", n, "dense_ours", row.dense);
   const AttendParams apn = normalize_attend(ap);
+  // Stage 2 of the step reads q and the summaries (for the bias) of the step's copy.
+  // Stage 2 reads K/V tiles by its mask: at 16K / 93.75 % the tiles one mask routes (27 MB) fit in the L2, so each
+  // copy gets a mask of its own draw (copy 0 the original buffer), and the replays stream different tiles. Timed
+  // alone (s2_at), Stage 2 reads q and the summaries of copy 0, which stay cached as they do in an engine, where
+  // Stage 1 has just read them; in the step (step_at) those of the step's copy, which its Stage 1 reads first.
+  std::vector<std::unique_ptr<Buf>> mask_copies;
+  std::vector<AttendParams> s2_at, step_at;
+  for (int r = 0; r < copies; ++r) {
+    AttendParams alone = ap, in_step = attend_params(rp_at[r], sp_at[r], dp, m);
+    if (r > 0) {
+      mask_copies.push_back(std::make_unique<Buf>(mask.bytes));
+      alone.routing.mask = in_step.routing.mask = view(mask_copies.back()->p, DType::kU32, {b, h_kv, 1, words});
+    }
+    s2_at.push_back(normalize_attend(alone));
+    step_at.push_back(normalize_attend(in_step));
+  }
   // --decode-splits: the plan and arguments of the sparsity loop's Stage 2, with other split counts.
   const cuda::AttendPlan planned = cuda::plan_attend(shape, cuda::current_sm_count(), false);
   const cuda::AttendArgs split_args = cuda::make_attend_args(apn, shape);
   // The whole step as an engine runs it, one graph: Stage 0 (the completed chunk), Stage 1 (real routing, into
   // its own mask buffer) and Stage 2 over the random mask with Stage 1's τ and μ. Timing the stages as separate
   // graphs adds a launch gap per stage that a captured step does not pay.
-  Buf mask_routed(mask.bytes);
   cudaStream_t side;
   cudaEvent_t fork, join;
   CK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
   CK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
   CK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
-  RouteParams rp_step = rp;
-  rp_step.routing.mask = view(mask_routed.p, DType::kU32, {b, h_kv, 1, words});
+  std::vector<RouteParams> rp_step = rp_at;
+  for (RouteParams& x : rp_step) x.routing.mask = view(mask_routed.p, DType::kU32, {b, h_kv, 1, words});
   for (double s : o.sparsities) {
     double kept = 0;
     const auto mh = random_mask(b, h_kv, 1, n, C, words, s, false, 99, &kept);
     CK(cudaMemcpy(mask.p, mh.data(), mh.size() * 4, cudaMemcpyHostToDevice));
-    const double ms = time_ms(st, o.reps * 3, [&](cudaStream_t s2) { cuda::launch_attend(apn, shape, ws.p, ws.bytes, s2); });
+    for (int r = 1; r < copies; ++r) {
+      double kept_r = 0;
+      const auto mr = random_mask(b, h_kv, 1, n, C, words, s, false, 99 + r, &kept_r);
+      CK(cudaMemcpy(mask_copies[r - 1]->p, mr.data(), mr.size() * 4, cudaMemcpyHostToDevice));
+    }
+    const double ms = rotated([&](cudaStream_t s2, int r) { cuda::launch_attend(s2_at[r], shape, ws.p, ws.bytes, s2); });
     row.s2_token.push_back(ms);
     emit("decode", n, "stage2_token", ms, "\"s\":" + std::to_string(s) + ",\"kept\":" + std::to_string(kept));
     for (int k : o.decode_splits) {
@@ -328,54 +399,54 @@ Row bench_decode(Backend& be, const Options& o, int64_t n, cudaStream_t st) {
     }
     // The step: Stage 0 on the step's stream (serial), or, as the library's forward() runs a one-token step
     // (whose new chunk no stage of the step reads), on a side stream forked after Stage 1 and joined back.
-    auto run_step = [&](cudaStream_t s2, bool beside) {
+    auto run_step = [&](cudaStream_t s2, int r, bool beside) {
       if (!beside) {
-        sp.stream = s2;
-        summarize(be, sp);
+        sp_at[r].stream = s2;
+        summarize(be, sp_at[r]);
       }
-      rp_step.stream = s2;
-      route(be, rp_step);
+      rp_step[r].stream = s2;
+      route(be, rp_step[r]);
       if (beside) {  // in the order the backend's summarize_beside enqueues them: Stage 2 first, then Stage 0
         CK(cudaEventRecord(fork, s2));
         CK(cudaStreamWaitEvent(side, fork, 0));
       }
-      cuda::launch_attend(apn, shape, ws.p, ws.bytes, s2);
+      cuda::launch_attend(step_at[r], shape, ws.p, ws.bytes, s2);
       if (beside) {
-        sp.stream = side;
-        summarize(be, sp);
+        sp_at[r].stream = side;
+        summarize(be, sp_at[r]);
         CK(cudaEventRecord(join, side));
         CK(cudaStreamWaitEvent(s2, join, 0));
       }
     };
-    const double step = time_ms(st, o.reps * 3, [&](cudaStream_t s2) { run_step(s2, true); });
+    const double step = rotated([&](cudaStream_t s2, int r) { run_step(s2, r, true); });
     row.step.push_back(step);
     emit("decode", n, "step", step, "\"s\":" + std::to_string(s));
     // The same three stages in order on one stream, for comparison.
-    const double serial = time_ms(st, o.reps * 3, [&](cudaStream_t s2) { run_step(s2, false); });
+    const double serial = rotated([&](cudaStream_t s2, int r) { run_step(s2, r, false); });
     emit("decode", n, "step_serial", serial, "\"s\":" + std::to_string(s));
     // Stage 0 beside Stage 1 (summarize_and_route), then Stage 2.
-    const double fused = time_ms(st, o.reps * 3, [&](cudaStream_t s2) {
-      sp.stream = s2;
-      rp_step.stream = s2;
-      summarize_and_route(be, sp, rp_step);
-      cuda::launch_attend(apn, shape, ws.p, ws.bytes, s2);
+    const double fused = rotated([&](cudaStream_t s2, int r) {
+      sp_at[r].stream = s2;
+      rp_step[r].stream = s2;
+      summarize_and_route(be, sp_at[r], rp_step[r]);
+      cuda::launch_attend(step_at[r], shape, ws.p, ws.bytes, s2);
     });
     emit("decode", n, "step_fused", fused, "\"s\":" + std::to_string(s));
     if (o.step_variants) {
       auto variant = [&](const char* what, auto&& body) {
-        emit("decode", n, what, time_ms(st, o.reps * 3, body), "\"s\":" + std::to_string(s));
+        emit("decode", n, what, rotated(body), "\"s\":" + std::to_string(s));
       };
-      variant("step_no_stage0", [&](cudaStream_t s2) {
-        rp_step.stream = s2;
-        route(be, rp_step);
-        cuda::launch_attend(apn, shape, ws.p, ws.bytes, s2);
+      variant("step_no_stage0", [&](cudaStream_t s2, int r) {
+        rp_step[r].stream = s2;
+        route(be, rp_step[r]);
+        cuda::launch_attend(step_at[r], shape, ws.p, ws.bytes, s2);
       });
-      variant("step_stage0_after", [&](cudaStream_t s2) {
-        rp_step.stream = s2;
-        route(be, rp_step);
-        cuda::launch_attend(apn, shape, ws.p, ws.bytes, s2);
-        sp.stream = s2;
-        summarize(be, sp);
+      variant("step_stage0_after", [&](cudaStream_t s2, int r) {
+        rp_step[r].stream = s2;
+        route(be, rp_step[r]);
+        cuda::launch_attend(step_at[r], shape, ws.p, ws.bytes, s2);
+        sp_at[r].stream = s2;
+        summarize(be, sp_at[r]);
       });
     }
   }
@@ -440,11 +511,13 @@ int main(int argc, char** argv) {
       o.step_variants = true;
     } else if (a == "--prefill-only") {
       o.decode = false;
+    } else if (a == "--warm-l2") {
+      o.warm_l2 = true;
     } else if (a == "--decode-only") {
       o.prefill = false;
     } else {
       std::fprintf(stderr, "usage: %s [--sizes 16384,32768,65536] [--sparsities 0.75,0.875,0.9375] [--reps 30] "
-                   "[--prior estimate_diagonal|raw|none] [--prefill-only|--decode-only] [--decode-splits 5,8,11] [--step-variants]\n",
+                   "[--prior estimate_diagonal|raw|none] [--prefill-only|--decode-only] [--decode-splits 5,8,11] [--step-variants] [--warm-l2]\n",
                    argv[0]);
       return 2;
     }
