@@ -43,4 +43,15 @@ inline void fill(void* p, int64_t n, uint64_t seed, float stddev, int blocks = 1
   CK(cudaGetLastError());
 }
 
+// Keeps the stream busy for `ns` nanoseconds without touching memory. Launched before a timed replay, it holds the
+// GPU while the host records the start event and launches the replay, so that the timing counts GPU time only (as
+// `triton.testing.do_bench` does with its cache flush), not the host's launch latency.
+__global__ void busy_wait_ns(uint64_t ns) {
+  uint64_t t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  } while (t - t0 < ns);
+}
+
 }  // namespace bench_device

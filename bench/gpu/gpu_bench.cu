@@ -6,7 +6,9 @@
 //   decode: b = 24, one new token over a cache of N; Stage 0 (the chunk the token completes), Stage 1, Stage 2 at
 //     random masks with split-KV, our dense decode.
 // Every figure is the median over many replays of a CUDA graph holding the timed launches (so host-side
-// validation and launch gaps stay out), after warm-up, on non-zero inputs. Inputs that fit in the L2 cache are
+// validation and launch gaps stay out), each started while a 50 µs spin kernel holds the GPU (so the host's launch
+// of the replay is not timed either; torch_baselines.py times the dense baselines the same way), after warm-up, on
+// non-zero inputs. Inputs that fit in the L2 cache are
 // rotated, as the protocol asks: a decode step's routing reads only q and the summaries (12.6 MB at 64K), which
 // replays of one graph would find in L2, while in an engine the other layers' work evicts a layer's summaries
 // between two of its steps. So the decode timings of Stage 0, Stage 1 and the step cycle through copies of q and
@@ -103,6 +105,7 @@ double time_ms_rotating(cudaStream_t st, int reps, int copies,
   CK(cudaEventCreate(&b));
   std::vector<float> t;
   for (int i = 0; i < reps; ++i) {
+    bench_device::busy_wait_ns<<<1, 32, 0, st>>>(50000);  // GPU time only: see busy_wait_ns
     CK(cudaEventRecord(a, st));
     CK(cudaGraphLaunch(execs[i % copies], st));
     CK(cudaEventRecord(b, st));
