@@ -297,8 +297,7 @@ Row bench_decode(Backend& be, const Options& o, int64_t n, cudaStream_t st) {
   size_t ws_bytes = std::max(cuda::attend_workspace_bytes(shape, false), cuda::attend_workspace_bytes(shape, true));
   for (int k : o.decode_splits) ws_bytes = std::max(ws_bytes, cuda::split_workspace_bytes(shape, k));
   Buf ws(ws_bytes);
-  // Stage 1 of the step writes its own mask (Stage 2 reads the random one). Allocated, as the workspace, before
-  // the input copies, so that the buffers Stage 2 uses lie where they do in a run without copies.
+  // Stage 1 of the step writes its own mask (Stage 2 reads the random one).
   Buf mask_routed(mask.bytes);
   // Copies of q and the summaries for the rotated timings (see the header; copy 0 is the original): together at
   // least twice the L2, at most 64.
@@ -350,7 +349,6 @@ Row bench_decode(Backend& be, const Options& o, int64_t n, cudaStream_t st) {
   });
   emit("decode", n, "dense_ours", row.dense);
   const AttendParams apn = normalize_attend(ap);
-  // Stage 2 of the step reads q and the summaries (for the bias) of the step's copy.
   // Stage 2 reads K/V tiles by its mask: at 16K / 93.75 % the tiles one mask routes (27 MB) fit in the L2, so each
   // copy gets a mask of its own draw (copy 0 the original buffer), and the replays stream different tiles. Timed
   // alone (s2_at), Stage 2 reads q and the summaries of copy 0, which stay cached as they do in an engine, where
