@@ -63,10 +63,11 @@ struct FastSmem {
   static constexpr size_t kRowBytes = size_t(C::kRows) * 4 * 4;  // column counts and maxima, row limits, row τ
   // A full block's listing queues: per warp 32 pairs of four scores and (row, quad, threshold, limit).
   static constexpr size_t kListingBytes = size_t(kWarps) * 32 * (16 + 16);
-  // At least the multi-pass layout, which a block whose lists overflow reuses (route_block).
-  static size_t bytes(int stages, int cap) {
+  // in_place (the instance whose overflowing blocks route themselves, route_block): at least the multi-pass
+  // layout, which such a block reuses; the other instance hands those blocks over and needs only the sweep's.
+  static size_t bytes(int stages, int cap, bool in_place) {
     const size_t sweep = size_t(stages) * kStageBytes + val_bytes(cap) + id_bytes(cap) + kRowBytes + kListingBytes;
-    return sweep > Smem<kHeadDim>::kBytes ? sweep : Smem<kHeadDim>::kBytes;
+    return in_place && Smem<kHeadDim>::kBytes > sweep ? Smem<kHeadDim>::kBytes : sweep;
   }
 };
 

@@ -137,7 +137,6 @@ void route_instance(const RouteParams& p, const ProblemShape& s, cudaStream_t st
     const bool decode_like = s.n_q * s.group <= C::kMTiles * 16;
     a.stages = decode_like ? kMaxStages : 2;
     a.list_cap = decode_like ? kDecodeListCap : kPrefillListCap;
-    const size_t fast_smem = FastSmem<kHeadDim>::bytes(a.stages, a.list_cap);
     // Sequences of up to 1024 chunks (64K tokens at C = 64): an overflowing block routes itself and there is no
     // second launch (Stage 0+1 at 32K / 64K 2 % / 1-2 % faster). Longer ones keep the instance without that path
     // and the multi-pass kernel's launch for the blocks they hand over: at 128K / 256K the in-place instance's
@@ -146,6 +145,7 @@ void route_instance(const RouteParams& p, const ProblemShape& s, cudaStream_t st
     // (The instance encodes the choice: no block of such a sequence has more chunks than max_chunks.)
     constexpr int64_t kInPlaceMaxChunks = 1024;
     const bool in_place = s.max_chunks <= kInPlaceMaxChunks;
+    const size_t fast_smem = FastSmem<kHeadDim>::bytes(a.stages, a.list_cap, in_place);
     const auto kernel = in_place ? route_fast_kernel<kHeadDim, T, true> : route_fast_kernel<kHeadDim, T, false>;
     DASHATTN_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(fast_smem)));

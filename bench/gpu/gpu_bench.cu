@@ -8,15 +8,14 @@
 // Every figure is the median over many replays of a CUDA graph holding the timed launches (so host-side
 // validation and launch gaps stay out), each started while a 50 µs spin kernel holds the GPU (so the host's launch
 // of the replay is not timed either; torch_baselines.py times the dense baselines the same way), after warm-up, on
-// non-zero inputs. Inputs that fit in the L2 cache are
-// rotated, as the protocol asks: a decode step's routing reads only q and the summaries (12.6 MB at 64K), which
-// replays of one graph would find in L2, while in an engine the other layers' work evicts a layer's summaries
-// between two of its steps. So the decode timings of Stage 0, Stage 1 and the step cycle through copies of q and
-// the summaries that together exceed twice the L2 (one graph per copy; the kernels' code stays cached, as in an
-// engine that runs them every layer), and decode Stage 2 through as many random masks of the same sparsity, since
-// the K/V tiles one mask routes fit in the L2 at 16K / 93.75 %; --warm-l2 times them on one copy. Every other
-// input (a prefill's, the dense decode's K/V) exceeds the L2 at every protocol size. Prints JSON lines (one per measurement) and a
-// markdown table.
+// non-zero inputs. Inputs that fit in the L2 cache are rotated, as the protocol asks: a decode step's routing reads
+// only q and the summaries (12.6 MB at 64K), which replays of one graph would find in L2, while in an engine the
+// other layers' work evicts a layer's summaries between two of its steps. So the decode timings of Stage 0,
+// Stage 1 and the step cycle through copies of q and the summaries that together exceed twice the L2 (one graph
+// per copy; the kernels' code stays cached, as in an engine that runs them every layer), and decode Stage 2
+// through as many random masks of the same sparsity, since the K/V tiles one mask routes fit in the L2 at 16K /
+// 93.75 %; --warm-l2 times them on one copy. Every other input (a prefill's, the dense decode's K/V) exceeds the L2
+// at every protocol size. Prints JSON lines (one per measurement) and a markdown table.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -52,7 +51,7 @@ struct Options {
   // Extra decode step timings with Stage 0 after Stage 2 or left out, to tell what Stage 0 beside Stage 2 costs
   // the step.
   bool step_variants = false;
-  // Decode routing and steps timed on one copy of q and the summaries (L2-warm replays), not rotated.
+  // The decode rows timed on one copy of their inputs (L2-warm replays), not rotated.
   bool warm_l2 = false;
 };
 
@@ -348,7 +347,6 @@ Row bench_decode(Backend& be, const Options& o, int64_t n, cudaStream_t st) {
     cuda::launch_dense(normalize_dense(dp), shape, ws.p, ws.bytes, s);
   });
   emit("decode", n, "dense_ours", row.dense);
-  const AttendParams apn = normalize_attend(ap);
   // Stage 2 reads K/V tiles by its mask: at 16K / 93.75 % the tiles one mask routes (27 MB) fit in the L2, so each
   // copy gets a mask of its own draw (copy 0 the original buffer), and the replays stream different tiles. Timed
   // alone (s2_at), Stage 2 reads q and the summaries of copy 0, which stay cached as they do in an engine, where
@@ -366,7 +364,7 @@ Row bench_decode(Backend& be, const Options& o, int64_t n, cudaStream_t st) {
   }
   // --decode-splits: the plan and arguments of the sparsity loop's Stage 2, with other split counts.
   const cuda::AttendPlan planned = cuda::plan_attend(shape, cuda::current_sm_count(), false);
-  const cuda::AttendArgs split_args = cuda::make_attend_args(apn, shape);
+  const cuda::AttendArgs split_args = cuda::make_attend_args(s2_at[0], shape);
   // The whole step as an engine runs it, one graph: Stage 0 (the completed chunk), Stage 1 (real routing, into
   // its own mask buffer) and Stage 2 over the random mask with Stage 1's τ and μ. Timing the stages as separate
   // graphs adds a launch gap per stage that a captured step does not pay.
@@ -394,7 +392,7 @@ Row bench_decode(Backend& be, const Options& o, int64_t n, cudaStream_t st) {
       plan.num_splits = k;
       plan.workspace_bytes = cuda::split_workspace_bytes(shape, k);
       const double mk = time_ms(st, o.reps * 3, [&](cudaStream_t s2) {
-        cuda::launch_attend_planned(split_args, shape.d, apn.q.dtype, plan, ws.p, s2);
+        cuda::launch_attend_planned(split_args, shape.d, s2_at[0].q.dtype, plan, ws.p, s2);
       });
       emit("decode", n, "stage2_token_splits", mk, "\"s\":" + std::to_string(s) + ",\"splits\":" + std::to_string(k));
     }
