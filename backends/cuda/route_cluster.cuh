@@ -26,11 +26,8 @@
 #include <cmath>
 #include <cstdint>
 
-#include "dashattn/entmax.h"
-#include "dashattn/prior.h"
-#include "mma_sm80.cuh"
 #include "phase_clocks.cuh"
-#include "route_fast.cuh"
+#include "route_decode.cuh"
 
 namespace dashattn {
 namespace cuda {
@@ -93,12 +90,6 @@ struct ClusterSmem {
   static __host__ __device__ size_t bytes(const ClusterArgs& c) { return layout_bytes(c, shared_region(c)); }
 };
 
-// Candidates of one row laid out contiguously (the gather buffer).
-struct PlainList {
-  const float* vals;
-  __device__ float operator()(int i) const { return vals[i]; }
-};
-
 // Split cluster barrier (sm_90): arrive is a release and wait an acquire at cluster scope. A CTA stores into
 // another's shared memory only after a wait on a phase that CTA has arrived at (it has started and no longer
 // reads what the store may overwrite).
@@ -107,107 +98,6 @@ __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.w
 __device__ __forceinline__ void cluster_barrier() {
   cluster_arrive();
   cluster_wait();
-}
-
-// The serial solver (other α, the reference solver), kept out of line: its pow calls would otherwise make the
-// whole kernel save registers around them.
-static __device__ __noinline__ double serial_entmax_threshold(const float* x, int n, double alpha, EntmaxSolver solver) {
-  return entmax_threshold(PlainList{x}, n, alpha, solver).tau;
-}
-
-// dashattn::entmax_threshold over x[0, n) evaluated by one warp, bit for bit. The row maximum (the first of
-// equal maxima, as the serial scan keeps), the support count and the bracket ends a = max{v ≤ t}, b = min{v > t}
-// are exact whatever the order, so the lanes split them. The sums S1 = Σ(x−t), S2 = Σ(x−t)² are rounded in order:
-// each block of 32 candidates has its terms formed one per lane (+0 outside the support, which leaves a sum of
-// positive terms unchanged) and staged in `terms`, then every lane adds the block in index order, as the serial
-// pass does; only the two dependent additions stay serial. The closed-form step below is entmax.h's, written the
-// same way. α other than 1.5 and 2, and the reference solver, run the serial solver on lane 0.
-__device__ __forceinline__ double warp_entmax_threshold(const float* x, int n, double alpha, EntmaxSolver solver,
-                                                        int lane, double* terms) {
-  const unsigned full = 0xffffffffu;
-  if (n <= 0) return 0.0;
-  const bool is15 = alpha == 1.5, is2 = alpha == 2.0;
-  if (solver != EntmaxSolver::kExact || !(is15 || is2)) {
-    double tau = 0.0;
-    if (lane == 0) tau = serial_entmax_threshold(x, n, alpha, solver);
-    return __shfl_sync(full, tau, 0);
-  }
-  float best = 0.0f;
-  int best_i = -1;
-  for (int i = lane; i < n; i += 32) {
-    const float v = x[i];
-    if (best_i < 0 || v > best) {
-      best = v;
-      best_i = i;
-    }
-  }
-#pragma unroll
-  for (int off = 16; off >= 1; off >>= 1) {
-    const float ov = __shfl_xor_sync(full, best, off);
-    const int oi = __shfl_xor_sync(full, best_i, off);
-    if (oi >= 0 && (best_i < 0 || ov > best || (ov == best && oi < best_i))) {
-      best = ov;
-      best_i = oi;
-    }
-  }
-  const double m = static_cast<double>(__shfl_sync(full, best, 0));
-
-  double lo = -1.0, hi = 0.0;
-  double t = lo;
-  for (int it = 0; it < 200; ++it) {
-    int k = 0;
-    double below = -INFINITY, above = INFINITY;
-    double s1 = 0, s2 = 0;
-    for (int base = 0; base < n; base += 32) {
-      const int i = base + lane;
-      double term = 0.0;
-      if (i < n) {
-        const double v = static_cast<double>(x[i]) - m;
-        const double y = v - t;
-        if (y > 0) {
-          ++k;
-          if (v < above) above = v;
-          term = y;
-        } else if (v > below) {
-          below = v;
-        }
-      }
-      __syncwarp();
-      terms[lane] = term;
-      __syncwarp();
-      const int groups = (n - base + 7) / 8;  // the rest of the block holds +0 terms
-#pragma unroll
-      for (int gi = 0; gi < 4; ++gi) {
-        if (gi < groups) {
-          double yv[8];
-#pragma unroll
-          for (int j = 0; j < 8; j += 2) {
-            const double2 pair = *reinterpret_cast<const double2*>(terms + gi * 8 + j);
-            yv[j] = pair.x;
-            yv[j + 1] = pair.y;
-          }
-#pragma unroll
-          for (int j = 0; j < 8; ++j) {
-            s1 += yv[j];
-            s2 += yv[j] * yv[j];
-          }
-        }
-      }
-    }
-#pragma unroll
-    for (int off = 16; off >= 1; off >>= 1) {
-      k += __shfl_xor_sync(full, k, off);
-      below = fmax(below, __shfl_xor_sync(full, below, off));
-      above = fmin(above, __shfl_xor_sync(full, above, off));
-    }
-    // From here on entmax_threshold's own step (every lane holds the same values).
-    const detail::PassSums ps{k, s1, s2, 0.0, 0.0, below, above};  // Σy^p terms: general α only
-    double root;
-    bool stop = false;
-    if (detail::piece_root_step(ps, is2, t, lo, hi, &root, &stop)) return m + root;
-    if (stop) break;
-  }
-  return m + t;
 }
 
 // Resident CTAs per multiprocessor: at head dims up to 128, four (at most 128 registers; 104-110 are used), which
@@ -227,7 +117,6 @@ __global__ void __launch_bounds__(kThreads, route_cluster_min_blocks<kHeadDim>()
   using S = ClusterSmem<kHeadDim>;
   constexpr int kMT = kClusterMaxRows / 16 < C::kMTiles ? kClusterMaxRows / 16 : C::kMTiles;
   constexpr int kKS = C::kKSteps;
-  constexpr int kVecPerRow = kHeadDim / 8;
   constexpr int kR = kClusterMaxRows;
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ int row_limit[kR];
@@ -235,6 +124,7 @@ __global__ void __launch_bounds__(kThreads, route_cluster_min_blocks<kHeadDim>()
   __shared__ int row_total[kR];
   __shared__ int row_prefix[kR];
   __shared__ float tau_all[kR];
+  __shared__ int64_t tok_diag[kR];
   // Filled by the other CTAs: [source rank][row or token].
   __shared__ float max_all[kClusterMaxCtas * kR];
   __shared__ int count_all[kClusterMaxCtas * kR];
@@ -252,7 +142,7 @@ __global__ void __launch_bounds__(kThreads, route_cluster_min_blocks<kHeadDim>()
   float* logs = reinterpret_cast<float*>(smem + S::log_off(ca));
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int grp = lane >> 2, quad = lane & 3;
+  const int grp = lane >> 2;
   if (tid == 0) {
     phase_mark(PhaseKernel::kRouteCluster, 0);
     phase_set_active(PhaseKernel::kRouteCluster, true);
@@ -260,56 +150,37 @@ __global__ void __launch_bounds__(kThreads, route_cluster_min_blocks<kHeadDim>()
   const int g = a.group;
   const int r = blockIdx.y;
   const int64_t seq = blockIdx.z;
-  const SequenceSpan sp = device_sequence_span(a.batch, seq);
-  const int64_t owned_rows = a.batch.cu_seqlens_q != nullptr ? sp.n_q : a.batch.padded_n_q;
-  if (owned_rows <= 0) return;  // cluster-uniform: depends on the sequence only
-  const int tokens = static_cast<int>(owned_rows < ca.tokens_alloc + 1 ? owned_rows : ca.tokens_alloc + 1);
-  const int rows_used = tokens * g;
-  const int64_t last_real = (owned_rows < sp.n_q ? owned_rows : sp.n_q) - 1;
-  const int64_t cmax64 = last_real >= 0 ? diagonal_chunk(query_position(last_real, sp.n_q, sp.n_k), a.chunk) : 0;
-  const int64_t words_needed = (cmax64 + 31) / 32;
-  const int64_t per64 = (words_needed + nctas - 1) / nctas * 32;
+  const DecodePair pair = decode_pair(a, seq, ca.tokens_alloc, ca.rows_alloc, int64_t(ca.per_cap) * nctas);
+  if (!pair.any) return;  // cluster-uniform: depends on the sequence only
+  const SequenceSpan sp = pair.sp;
+  const int tokens = pair.tokens, rows_used = pair.rows_used;
+  const int64_t per64 = (pair.words_needed + nctas - 1) / nctas * 32;
   auto hand_over = [&]() {
-    if (rank == 0 && tid == 0) {
-      *a.tau.ptr<float>(sp.batch_index, int64_t(r) * g, sp.q_begin) = __uint_as_float(kHandOverTauBits);
-    }
+    if (rank == 0 && tid == 0) hand_over_pair(a, sp, r);
   };
   // Launch sized for shorter sequences or fewer rows than this one has (cluster-uniform): the multi-pass kernel.
-  if (tokens > ca.tokens_alloc || rows_used > ca.rows_alloc || per64 > ca.per_cap) {
+  if (!pair.fits || per64 > ca.per_cap) {
     hand_over();
     return;
   }
   const int per = static_cast<int>(per64);
-  const int cmax = static_cast<int>(cmax64);
+  const int cmax = static_cast<int>(pair.cmax);
   const int c_begin = rank * per;
   const int c_end = c_begin + per < cmax ? c_begin + per : cmax;
   const int n_loc = c_end > c_begin ? c_end - c_begin : 0;
 
   for (int rho = tid; rho < kR; rho += kThreads) row_limit[rho] = routable_chunks(a, sp, 0, rho, rows_used, g);
+  token_diagonals(a, sp, tokens, tok_diag, tid, kThreads);
 
   // Summary rows [cb, cb + nrows) into the staging buffer with 16-byte copies (zeros past nrows, up to a multiple
   // of 16).
   auto stage_summaries = [&](int cb, int nrows) {
-    const T* base = a.summaries.ptr<T>(seq, 0, r, 0);
-    for (int v = tid; v < ((nrows + 15) / 16 * 16) * kVecPerRow; v += kThreads) {
-      const int row = v / kVecPerRow, col = (v % kVecPerRow) * 8;
-      const bool in = row < nrows;
-      cp_async_16(stage + row * C::kTileStride + col, in ? a.summaries.ptr<T>(seq, cb + row, r, col) : base,
-                  in ? 16 : 0);
-    }
+    stage_summary_rows<kHeadDim, T>(a, seq, r, cb, nrows, stage, tid, kThreads);
     cp_async_commit();
   };
   // Q rows (zeros for rows without a query) and the first summary round in flight together.
-  {
-    const T* q_any = a.q.ptr<T>(sp.batch_index, sp.q_begin, int64_t(r) * g, 0);
-    for (int v = tid; v < kMT * 16 * kVecPerRow; v += kThreads) {
-      const int rho = v / kVecPerRow, col = (v % kVecPerRow) * 8;
-      const bool valid = rho < rows_used && rho / g < sp.n_q;
-      const T* src = valid ? a.q.ptr<T>(sp.batch_index, sp.q_begin + rho / g, int64_t(r) * g + rho % g, col) : q_any;
-      cp_async_16(qstage + rho * C::kTileStride + col, src, valid ? 16 : 0);
-    }
-    cp_async_commit();
-  }
+  stage_decode_q<kHeadDim, T>(a, sp, r, rows_used, kMT * 16, qstage, tid, kThreads);
+  cp_async_commit();
   if (c_begin < c_end) {
     stage_summaries(c_begin, c_end - c_begin < kClusterStageChunks ? c_end - c_begin : kClusterStageChunks);
   }
@@ -347,23 +218,8 @@ __global__ void __launch_bounds__(kThreads, route_cluster_min_blocks<kHeadDim>()
           stage + (sub * kSubChunks + ((lane >> 4) << 3) + (lane & 7)) * C::kTileStride + ((lane >> 3) & 1) * 8;
       float acc[kMT][2][4];
       score_subtile<T>(acc, qf, mt_active, brow);
-      const int c0 = cb + sub * kSubChunks;
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt) {
-        if (!mt_active[mt]) continue;
-#pragma unroll
-        for (int n = 0; n < 2; ++n)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const int h = i >> 1;
-            const int rho = mt * 16 + grp + 8 * h;
-            const int c = c0 + n * 8 + quad * 2 + (i & 1);
-            if (rho < rows_used) {
-              const float x = acc[mt][n][i] * a.x_scale;
-              scores[rho * sstride + (c - c_begin)] = (c < lim[mt][h] && c < c_end) ? x : -INFINITY;
-            }
-          }
-      }
+      store_subtile_scores(acc, mt_active, cb + sub * kSubChunks, c_begin, c_end, lim, rows_used, a.x_scale, scores,
+                           sstride, lane);
     }
     __syncthreads();  // scores complete; the staging buffer is free for the next round
   }
@@ -399,25 +255,7 @@ __global__ void __launch_bounds__(kThreads, route_cluster_min_blocks<kHeadDim>()
       float m = -INFINITY;
       for (int k = 0; k < nctas; ++k) m = fmaxf(m, max_all[k * kR + rho]);
       const float th = candidate_threshold(m);
-      int n = 0;
-      // In place, four blocks of 32 at a time: a block is read before any slot of it is written.
-      for (int c0 = 0; c0 < cmax; c0 += 128) {
-        float v[4];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const int c = c0 + 32 * j + lane;
-          v[j] = c < cmax ? row[c] : -INFINITY;
-        }
-        __syncwarp();
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const bool take = v[j] > th;
-          const unsigned bal = __ballot_sync(0xffffffffu, take);
-          if (take) row[n + __popc(bal & ((1u << lane) - 1u))] = v[j];
-          n += __popc(bal);
-        }
-      }
-      __syncwarp();
+      const int n = compact_candidates(row, row, cmax, th, lane);  // in place
       if (lane == 0) {
         row_th[rho] = th;
         row_total[rho] = n;
@@ -516,62 +354,25 @@ __global__ void __launch_bounds__(kThreads, route_cluster_min_blocks<kHeadDim>()
   for (int v = warp; v < tokens * words_here; v += kWarps) {
     const int t = v / words_here, word_local = v % words_here;
     const int e = word_local * 32 + lane;
-    bool on = false;
     float lg = NAN;
-    if (e < n_loc) {
-      float w = 0.0f;
-      for (int h = 0; h < g; ++h) {
-        const int rho = t * g + h;
-        const float x = scores[rho * sstride + e];
-        if (x > row_th[rho]) w += entmax_weight(x, tau_all[rho], alpha_f);
-      }
-      const float wc = w / static_cast<float>(g);
-      on = wc > 0.0f;
-      if (on) lg = logf(wc);
-    }
+    const bool on = e < n_loc && chunk_group_weight(scores, sstride, t, g, e, row_th, tau_all, alpha_f, &lg);
     logs[t * ca.per_cap + e] = lg;
-    uint32_t bits = __ballot_sync(0xffffffffu, on);
-    if (lane == 0) {
-      const int64_t word = (c_begin + word_local * 32) / 32;
-      if (t >= sp.n_q) {
-        bits = 0u;
-      } else {
-        const int64_t diag = diagonal_chunk(query_position(t, sp.n_q, sp.n_k), a.chunk);
-        if ((diag >> 5) == word) bits |= 1u << (diag & 31);
-      }
-      if (word < a.mask_words) *a.mask.ptr<uint32_t>(sp.batch_index, r, sp.q_begin + t, word) = bits;
-    }
+    const uint32_t bits = __ballot_sync(0xffffffffu, on);
+    if (lane == 0) store_decode_mask_word(a, sp, r, t, (c_begin + word_local * 32) / 32, bits, tok_diag[t]);
   }
   if (rank == nctas - 1) {
-    for (int t = warp; t < tokens; t += kWarps) {
-      const bool real = t < sp.n_q;
-      const int64_t diag = real ? diagonal_chunk(query_position(t, sp.n_q, sp.n_k), a.chunk) : -1;
-      for (int64_t word = words_total + lane; word < a.mask_words; word += 32) {
-        uint32_t bits = 0u;
-        if (real && (diag >> 5) == word) bits = 1u << (diag & 31);
-        *a.mask.ptr<uint32_t>(sp.batch_index, r, sp.q_begin + t, word) = bits;
-      }
-    }
+    for (int t = warp; t < tokens; t += kWarps)
+      for (int64_t word = words_total + lane; word < a.mask_words; word += 32)
+        store_decode_mask_word(a, sp, r, t, word, 0u, tok_diag[t]);
   }
   __syncthreads();
   if (tid == 0) phase_mark(PhaseKernel::kRouteCluster, 7);
   // Σ log w and the count per token: lane-strided over the chunks, then a butterfly, as the sums were taken before
   // the emit ran one lane per chunk (the order fixes the bits of μ).
   for (int t = warp; t < tokens; t += kWarps) {
-    float log_sum = 0.0f;
-    int routed = 0;
-    for (int e0 = 0; e0 < per; e0 += 32) {
-      const float lg = logs[t * ca.per_cap + e0 + lane];
-      if (lg == lg) {
-        log_sum += lg;
-        ++routed;
-      }
-    }
-#pragma unroll
-    for (int off = 16; off >= 1; off >>= 1) {
-      log_sum += __shfl_xor_sync(0xffffffffu, log_sum, off);
-      routed += __shfl_xor_sync(0xffffffffu, routed, off);
-    }
+    float log_sum;
+    int routed;
+    token_log_sum(logs + t * ca.per_cap, per, lane, &log_sum, &routed);
     if (lane == 0) {
       cluster.map_shared_rank(part_log, 0)[rank * kR + t] = log_sum;
       cluster.map_shared_rank(part_routed, 0)[rank * kR + t] = routed;

@@ -1,5 +1,5 @@
-// Stage-1 launcher of one (head dim, dtype) instance: the cluster kernel (route_cluster.cuh) for decode shapes on
-// sm_90, else the single-sweep kernel (route_fast.cuh) for every block (up to 1024 chunks a block whose lists
+// Stage-1 launcher of one (head dim, dtype) instance: for decode shapes the wide kernel (route_wide.cuh) or, on
+// sm_90, the cluster kernel (route_cluster.cuh), else the single-sweep kernel (route_fast.cuh) for every block (up to 1024 chunks a block whose lists
 // overflow routes itself with the multi-pass code, beyond it hands itself over); then the multi-pass kernel
 // (route_kernels.cuh) for the blocks handed over, when any can be. Queries or summaries whose rows are not
 // 16-byte aligned go to the multi-pass kernel alone. Included only by the generated route_hdim*_*.cu.
@@ -7,11 +7,16 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
+#include <cstring>
 #include <string>
+#include <type_traits>
 
+#include "attend_launch.cuh"  // make_kv_tensor_map
 #include "route_cluster.cuh"
 #include "route_fast.cuh"
 #include "route_kernels.cuh"
+#include "route_wide.cuh"
 
 namespace dashattn {
 namespace cuda {
@@ -38,6 +43,72 @@ bool cluster_route_available() {
   return v == 2;
 }
 
+// CTAs per cluster of the cluster kernel for a launch whose longest sequence has max_chunks chunks.
+inline int64_t cluster_ctas(int64_t max_chunks) {
+  return std::min<int64_t>(kClusterMaxCtas, std::max<int64_t>(1, ceil_div(max_chunks, kClusterTargetChunks)));
+}
+
+// Which decode routing kernel a qualifying shape takes. DASHATTN_CUDA_DECODE_ROUTE=wide or =cluster forces one
+// (for measurements). By default the wide kernel (one CTA per pair) runs for sequences of up to 512 chunks once
+// there are 8 pairs, and for longer ones when the pairs fill a quarter of the GPU's multiprocessors; below that,
+// clusters spread the pairs' summaries over more SMs, which pays when each pair has many to load (one SM streams
+// them at a fraction of DRAM bandwidth). Stage 1 on an H100 (132 SMs), µs, cluster / wide at 8 / 16 / 48 pairs:
+// 16K 16.6 / 14.7, 17.4 / 14.8, 18.1 / 15.2; 32K 17.3 / 16.8, 18.8 / 17.4, 19.7 / 17.9; 64K 19.0 / 20.9,
+// 21.3 / 21.5, 23.7 / 21.9 (perf-log.md, twentieth pass).
+enum class DecodeRouteChoice { kAuto, kWide, kCluster };
+inline DecodeRouteChoice decode_route_choice() {
+  static const DecodeRouteChoice choice = [] {
+    const char* env = std::getenv("DASHATTN_CUDA_DECODE_ROUTE");
+    if (env != nullptr && std::strcmp(env, "wide") == 0) return DecodeRouteChoice::kWide;
+    if (env != nullptr && std::strcmp(env, "cluster") == 0) return DecodeRouteChoice::kCluster;
+    return DecodeRouteChoice::kAuto;
+  }();
+  return choice;
+}
+
+// Decode routing by the wide kernel (route_wide.cuh): returns false (nothing launched) when the shape does not
+// qualify or the cluster kernel is the better choice. *may_hand_over as for launch_cluster_route.
+template <int kHeadDim, typename T>
+bool launch_wide_route(const RouteArgs& a, const ProblemShape& s, cudaStream_t stream, bool* may_hand_over) {
+  if constexpr (kHeadDim > 128 || kHeadDim % 64 != 0) {
+    return false;
+  } else {
+    const int64_t rows = s.n_q * s.group;
+    if (rows < 1 || rows > kWideMaxRows || s.max_chunks < 1) return false;
+    const int64_t per_cap = ceil_div(s.max_chunks, 32) * 32;
+    if (per_cap > kWideMaxChunks) return false;
+    const DecodeRouteChoice choice = decode_route_choice();
+    if (choice == DecodeRouteChoice::kCluster) return false;
+    int device = 0, sms = 0, optin = 0;
+    DASHATTN_CUDA_CHECK(cudaGetDevice(&device));
+    DASHATTN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    DASHATTN_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    const int64_t pairs = s.batch * s.h_kv;
+    if (choice == DecodeRouteChoice::kAuto && !(s.max_chunks <= 512 ? pairs >= 8 : pairs * 4 >= sms)) return false;
+    const WideArgs wa{static_cast<int>(per_cap), static_cast<int>(rows), static_cast<int>(s.n_q),
+                      static_cast<int>(cluster_ctas(s.max_chunks))};
+    const size_t smem = WideSmem<kHeadDim>::bytes(wa);
+    if (smem + 8 * 1024 > static_cast<size_t>(optin)) return false;  // room for the static arrays
+    // The wide kernel sits in the same image as the cluster kernel, so the same check tells that its sm_90 code
+    // (bulk copies) is there.
+    if (!cluster_route_available<kHeadDim, T>()) return false;
+    // The summaries' tensor map: the layout of a K cache ([b, chunks, h_kv, d]), so the same encoding.
+    CUtensorMap tmap{};
+    const DType dtype = std::is_same_v<T, __nv_bfloat16> ? DType::kBF16 : DType::kF16;
+    if (!make_kv_tensor_map(a.summaries, dtype, kHeadDim, &tmap)) return false;
+    const auto kernel = route_wide_kernel<kHeadDim, T>;
+    DASHATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    const dim3 grid(1u, static_cast<unsigned>(s.h_kv), static_cast<unsigned>(s.batch));
+    kernel<<<grid, kWideThreads, smem, stream>>>(a, wa, tmap);
+    DASHATTN_CUDA_CHECK_LAUNCH();
+    // Every row's candidates fit its list (per_cap entries), so only a sequence longer than the launch sized for
+    // hands over, which needs lengths that live on the device.
+    *may_hand_over = a.batch.cu_seqlens_q != nullptr || a.batch.cu_seqlens_k != nullptr ||
+                     a.batch.seqlens_q != nullptr || a.batch.seqlens_k != nullptr;
+    return true;
+  }
+}
+
 // Decode routing over thread-block clusters when every query row of a (sequence, KV head) fits one CTA's MMA
 // tiles: returns false (nothing launched) when the shape does not qualify. *may_hand_over tells whether the
 // kernel can leave any (sequence, KV head) to the multi-pass kernel. It cannot when no per-sequence length lives
@@ -51,7 +122,7 @@ bool launch_cluster_route(const RouteArgs& a, const ProblemShape& s, cudaStream_
   const int64_t rows = s.n_q * s.group;
   if (rows < 1 || rows > kMaxRows || s.max_chunks < 1) return false;
   ClusterArgs ca{};
-  const int64_t ctas = std::min<int64_t>(kClusterMaxCtas, std::max<int64_t>(1, ceil_div(s.max_chunks, kClusterTargetChunks)));
+  const int64_t ctas = cluster_ctas(s.max_chunks);
   ca.ctas = static_cast<int>(ctas);
   const int64_t per_cap = ceil_div(ceil_div(s.max_chunks, 32), ctas) * 32;
   if (per_cap > 65535) return false;
@@ -125,8 +196,11 @@ void route_instance(const RouteParams& p, const ProblemShape& s, cudaStream_t st
   const bool q_vec16 =
       q_addr % 16 == 0 && p.q.stride[0] % 8 == 0 && p.q.stride[1] % 8 == 0 && p.q.stride[2] % 8 == 0;
   bool may_hand_over = true;
-  if (a.summaries_vec16 && q_vec16 && launch_cluster_route<kHeadDim, T>(a, s, stream, &may_hand_over)) {
-    // Decode: the cluster kernel did every (sequence, KV head) except those it marked for the multi-pass kernel.
+  if (a.summaries_vec16 && q_vec16 &&
+      (launch_wide_route<kHeadDim, T>(a, s, stream, &may_hand_over) ||
+       launch_cluster_route<kHeadDim, T>(a, s, stream, &may_hand_over))) {
+    // Decode: the wide or cluster kernel did every (sequence, KV head) except those it marked for the multi-pass
+    // kernel.
     if (!may_hand_over) return;
     a.only_flagged = true;
   } else if (a.summaries_vec16 && q_vec16 && a.x_scale > 0.0f) {

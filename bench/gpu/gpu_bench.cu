@@ -3,8 +3,8 @@
 //   prefill: b = 1, h_q = 32, h_kv = 2, d = 128, C = 64, bf16, N in --sizes
 //     Stage 0 + Stage 1 on real routing (planted-structure problem from dashattn/synthetic.h),
 //     Stage 2 at random masks of sparsity s (drawn per query chunk, and per token), our dense kernel.
-//   decode: b = 24, one new token over a cache of N; Stage 0 (the chunk the token completes), Stage 1, Stage 2 at
-//     random masks with split-KV, our dense decode.
+//   decode: b = 24 (--decode-batch), one new token over a cache of N; Stage 0 (the chunk the token completes),
+//     Stage 1, Stage 2 at random masks with split-KV, our dense decode.
 // Every figure is the median over many replays of a CUDA graph holding the timed launches (so host-side
 // validation and launch gaps stay out), each started while a 50 µs spin kernel holds the GPU (so the host's launch
 // of the replay is not timed either; torch_baselines.py times the dense baselines the same way), after warm-up, on
@@ -514,9 +514,15 @@ int main(int argc, char** argv) {
       o.warm_l2 = true;
     } else if (a == "--decode-only") {
       o.prefill = false;
+    } else if (a == "--decode-batch") {
+      o.decode_batch = std::stoi(next());
+      if (o.decode_batch < 1) {
+        std::fprintf(stderr, "--decode-batch: expected a batch of at least 1, got %d\n", o.decode_batch);
+        return 2;
+      }
     } else {
       std::fprintf(stderr, "usage: %s [--sizes 16384,32768,65536] [--sparsities 0.75,0.875,0.9375] [--reps 30] "
-                   "[--prior estimate_diagonal|raw|none] [--prefill-only|--decode-only] [--decode-splits 5,8,11] [--step-variants] [--warm-l2]\n",
+                   "[--prior estimate_diagonal|raw|none] [--prefill-only|--decode-only] [--decode-batch 24] [--decode-splits 5,8,11] [--step-variants] [--warm-l2]\n",
                    argv[0]);
       return 2;
     }

@@ -244,6 +244,73 @@ TEST_CASE("cuda small grid: decode routing over clusters") {
   check_case(wide);
 }
 
+// A batched decode step takes the wide kernel (one CTA per pair) at up to 512 chunks from 8 pairs on, and at longer
+// lengths when the pairs fill a quarter of the GPU: 36 sequences × 2 KV heads is 72 pairs, a quarter of up to 288
+// multiprocessors.
+TEST_CASE("cuda small grid: decode routing by the wide kernel") {
+  if (compiled(128)) {
+    // 128 chunks: one partial round of 256.
+    check_case({"wide b=36, n_q=1, n_k=8192, C=64, d=128, g=16", spec(36, 1, 8192, 32, 2, 128, DType::kBF16, 8.0, 47), {}});
+    // 1024 chunks: four rounds, as a 64K-token step at C = 64.
+    Case wide{"wide b=36, n_q=1, n_k=16384, C=16, d=128, g=16", spec(36, 1, 16384, 32, 2, 128, DType::kBF16, 8.0, 48),
+              {}};
+    wide.method.chunk_size = 16;
+    check_case(wide);
+  }
+  if (compiled(64)) {
+    // Two tokens of four heads (rows 8), a partial last chunk, f16.
+    Case two{"wide b=36, n_q=2, n_k=4100, C=16, d=64, g=4, f16", spec(36, 2, 4100, 8, 2, 64, DType::kF16, 8.0, 49), {}};
+    two.method.chunk_size = 16;
+    check_case(two);
+  }
+}
+
+// The same sequences routed in a batch that takes the wide kernel and in one that takes the cluster kernel (their
+// first two sequences alone): mask, τ, μ and active counts bit for bit, so that routing does not depend on the
+// batch a sequence decodes in.
+TEST_CASE("cuda decode routing: the wide and cluster kernels agree bit for bit") {
+  // Clusters need sm_90 or later; elsewhere a small batch takes the single-sweep kernel, whose μ sums differ.
+  const std::string device = cuda_backend().probe().reason;
+  if (!compiled(128) || device.find("(sm_") == std::string::npos || device.find("(sm_8") != std::string::npos) return;
+  for (int64_t chunk : {int64_t(64), int64_t(16)}) {
+    INFO("C " << chunk);
+    const ref::Problem pr = ref::make_problem(spec(36, 1, 16384, 32, 2, 128, DType::kBF16, 8.0, 50));
+    DeviceProblem dp = to_device(pr);
+    MethodParams m;
+    m.chunk_size = chunk;
+    const StageOutputs all = run_stages(pr, dp, m);  // 72 pairs: the wide kernel
+    const int64_t few = 2;                             // 4 pairs: the cluster kernel
+    StageOutputs part;
+    part.mask = device_filled(DType::kU32, {few, 2, 1, all.words}, 0xFF);
+    part.tau = device_filled(DType::kF32, {few, 32, 1}, 0xFF);
+    part.mu = device_filled(DType::kF32, {few, 2, 1}, 0xFF);
+    part.active = device_filled(DType::kI32, {few, 2, 1}, 0xFF);
+    RouteParams rp;
+    rp.q = dp.q.view;
+    rp.q.shape[0] = few;
+    rp.summaries = all.summaries.view;
+    rp.summaries.shape[0] = few;
+    rp.n_k = pr.padded_n_k();
+    rp.method = m;
+    rp.routing.mask = part.mask.view;
+    rp.routing.tau = part.tau.view;
+    rp.routing.mu = part.mu.view;
+    rp.routing.active_chunks = part.active.view;
+    route(cuda_backend(), rp);
+    cuda_backend().synchronize(nullptr);
+    auto prefix = [](std::vector<uint32_t> v, size_t n) {
+      v.resize(n);
+      return v;
+    };
+    const std::vector<uint32_t> mask = to_host<uint32_t>(part.mask.view), tau = to_host<uint32_t>(part.tau.view),
+                                mu = to_host<uint32_t>(part.mu.view), active = to_host<uint32_t>(part.active.view);
+    CHECK(mask == prefix(to_host<uint32_t>(all.mask.view), mask.size()));
+    CHECK(tau == prefix(to_host<uint32_t>(all.tau.view), tau.size()));
+    CHECK(mu == prefix(to_host<uint32_t>(all.mu.view), mu.size()));
+    CHECK(active == prefix(to_host<uint32_t>(all.active.view), active.size()));
+  }
+}
+
 // Nearly equal scores (q_std 0.02) make every chunk of every row a candidate, more than the single-sweep kernel's
 // lists hold, so every block overflows (C = 16, d = 128, g = 2).
 static void check_overflow_case(const char* name, ref::ProblemSpec problem) {

@@ -1,0 +1,320 @@
+// Decode routing pieces shared by the cluster kernel (route_cluster.cuh) and the wide kernel (route_wide.cuh): the
+// pair a CTA routes, the warp solve of τ (bit for bit dashattn::entmax_threshold), candidate compaction, score
+// stores and the mask / μ emit. Included only through those two headers.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "dashattn/entmax.h"
+#include "dashattn/prior.h"
+#include "mma_sm80.cuh"
+#include "route_fast.cuh"
+
+namespace dashattn {
+namespace cuda {
+namespace route_detail {
+
+// Candidates of one row laid out contiguously (the gather buffer).
+struct PlainList {
+  const float* vals;
+  __device__ float operator()(int i) const { return vals[i]; }
+};
+
+
+// The serial solver (other α, the reference solver), kept out of line: its pow calls would otherwise make the
+// whole kernel save registers around them.
+static __device__ __noinline__ double serial_entmax_threshold(const float* x, int n, double alpha, EntmaxSolver solver) {
+  return entmax_threshold(PlainList{x}, n, alpha, solver).tau;
+}
+
+// dashattn::entmax_threshold over x[0, n) evaluated by one warp, bit for bit. The row maximum (the first of
+// equal maxima, as the serial scan keeps), the support count and the bracket ends a = max{v ≤ t}, b = min{v > t}
+// are exact whatever the order, so the lanes split them. The sums S1 = Σ(x−t), S2 = Σ(x−t)² are rounded in order:
+// each block of 32 candidates has its support terms formed one per lane and packed in index order into `terms`
+// (the serial pass adds nothing for the others), then every lane adds them in that order, as the serial pass
+// does; only the two dependent additions stay serial, and only over the support (the double-precision chains
+// are what sixteen warps solving at once on one multiprocessor wait on). The closed-form step below is
+// entmax.h's, written the same way. α other than 1.5 and 2, and the reference solver, run the serial solver on
+// lane 0.
+__device__ __forceinline__ double warp_entmax_threshold(const float* x, int n, double alpha, EntmaxSolver solver,
+                                                        int lane, double* terms) {
+  const unsigned full = 0xffffffffu;
+  if (n <= 0) return 0.0;
+  const bool is15 = alpha == 1.5, is2 = alpha == 2.0;
+  if (solver != EntmaxSolver::kExact || !(is15 || is2)) {
+    double tau = 0.0;
+    if (lane == 0) tau = serial_entmax_threshold(x, n, alpha, solver);
+    return __shfl_sync(full, tau, 0);
+  }
+  float best = 0.0f;
+  int best_i = -1;
+  for (int i = lane; i < n; i += 32) {
+    const float v = x[i];
+    if (best_i < 0 || v > best) {
+      best = v;
+      best_i = i;
+    }
+  }
+#pragma unroll
+  for (int off = 16; off >= 1; off >>= 1) {
+    const float ov = __shfl_xor_sync(full, best, off);
+    const int oi = __shfl_xor_sync(full, best_i, off);
+    if (oi >= 0 && (best_i < 0 || ov > best || (ov == best && oi < best_i))) {
+      best = ov;
+      best_i = oi;
+    }
+  }
+  const double m = static_cast<double>(__shfl_sync(full, best, 0));
+
+  double lo = -1.0, hi = 0.0;
+  double t = lo;
+  for (int it = 0; it < 200; ++it) {
+    int k = 0;
+    double below = -INFINITY, above = INFINITY;
+    double s1 = 0, s2 = 0;
+    for (int base = 0; base < n; base += 32) {
+      const int i = base + lane;
+      double term = 0.0;
+      bool in_support = false;
+      if (i < n) {
+        const double v = static_cast<double>(x[i]) - m;
+        const double y = v - t;
+        if (y > 0) {
+          in_support = true;
+          if (v < above) above = v;
+          term = y;
+        } else if (v > below) {
+          below = v;
+        }
+      }
+      // Only the block's support terms, packed in index order, enter the sums: the serial pass adds nothing for
+      // the others, and +0 terms past them leave a sum of positive terms unchanged.
+      const unsigned sup = __ballot_sync(full, in_support);
+      const int cnt = __popc(sup);
+      k += cnt;
+      __syncwarp();
+      if (in_support) terms[__popc(sup & ((1u << lane) - 1u))] = term;
+      if (lane >= cnt) terms[lane] = 0.0;
+      __syncwarp();
+      const int groups = (cnt + 7) / 8;
+#pragma unroll
+      for (int gi = 0; gi < 4; ++gi) {
+        if (gi < groups) {
+          double yv[8];
+#pragma unroll
+          for (int j = 0; j < 8; j += 2) {
+            const double2 pair = *reinterpret_cast<const double2*>(terms + gi * 8 + j);
+            yv[j] = pair.x;
+            yv[j + 1] = pair.y;
+          }
+#pragma unroll
+          for (int j = 0; j < 8; ++j) {
+            s1 += yv[j];
+            s2 += yv[j] * yv[j];
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int off = 16; off >= 1; off >>= 1) {
+      below = fmax(below, __shfl_xor_sync(full, below, off));
+      above = fmin(above, __shfl_xor_sync(full, above, off));
+    }
+    // From here on entmax_threshold's own step (every lane holds the same values).
+    const detail::PassSums ps{k, s1, s2, 0.0, 0.0, below, above};  // Σy^p terms: general α only
+    double root;
+    bool stop = false;
+    if (detail::piece_root_step(ps, is2, t, lo, hi, &root, &stop)) return m + root;
+    if (stop) break;
+  }
+  return m + t;
+}
+
+// The rows one decode routing CTA (or cluster) owns: a (sequence, KV head) pair's tokens and query rows, and its
+// last routable chunk. `fits` is false when the launch was sized for fewer tokens, rows or chunks than the
+// sequence has (then the pair goes to the multi-pass kernel).
+struct DecodePair {
+  SequenceSpan sp;
+  int tokens = 0, rows_used = 0;
+  int64_t cmax = 0, words_needed = 0;
+  bool any = false, fits = false;
+};
+
+__device__ __forceinline__ DecodePair decode_pair(const RouteArgs& a, int64_t seq, int tokens_alloc, int rows_alloc,
+                                                  int64_t chunks_cap) {
+  DecodePair p;
+  p.sp = device_sequence_span(a.batch, seq);
+  const int64_t owned_rows = a.batch.cu_seqlens_q != nullptr ? p.sp.n_q : a.batch.padded_n_q;
+  p.any = owned_rows > 0;
+  if (!p.any) return p;
+  p.tokens = static_cast<int>(owned_rows < tokens_alloc + 1 ? owned_rows : tokens_alloc + 1);
+  p.rows_used = p.tokens * a.group;
+  const int64_t last_real = (owned_rows < p.sp.n_q ? owned_rows : p.sp.n_q) - 1;
+  p.cmax = last_real >= 0 ? diagonal_chunk(query_position(last_real, p.sp.n_q, p.sp.n_k), a.chunk) : 0;
+  p.words_needed = (p.cmax + 31) / 32;
+  p.fits = p.tokens <= tokens_alloc && p.rows_used <= rows_alloc && p.words_needed * 32 <= chunks_cap;
+  return p;
+}
+
+// Marks the pair (KV head r) for the multi-pass kernel: the τ of its first row carries kHandOverTauBits.
+__device__ __forceinline__ void hand_over_pair(const RouteArgs& a, const SequenceSpan& sp, int r) {
+  *a.tau.ptr<float>(sp.batch_index, int64_t(r) * a.group, sp.q_begin) = __uint_as_float(kHandOverTauBits);
+}
+
+// entmax_weight for α other than 1.5 and 2, out of line: its powf would otherwise sit in the emit loop's code.
+static __device__ __noinline__ float general_entmax_weight(float x, float tau, float alpha) {
+  return entmax_weight(x, tau, alpha);
+}
+
+// The group weight of chunk e for token t (head weights summed in head order from 0, as dashattn::group_weight
+// does, over the heads that hold e as a candidate), from scores laid out [row][sstride]: whether it is routed
+// (w > 0), and its log w (NaN when not). entmax_weight's own arithmetic; a head whose weight is 0 adds nothing,
+// as adding +0 would not change the sum.
+__device__ __forceinline__ bool chunk_group_weight(const float* scores, int sstride, int t, int g, int e,
+                                                   const float* row_th, const float* tau, float alpha, float* lg) {
+  float w = 0.0f;
+  const bool is15 = alpha == 1.5f, is2 = alpha == 2.0f;
+  for (int h = 0; h < g; ++h) {
+    const int rho = t * g + h;
+    const float x = scores[rho * sstride + e];
+    if (x > row_th[rho]) {
+      const float y = x - tau[rho];
+      if (is15 || is2) {
+        if (y > 0.0f) w += is15 ? y * y : y;
+      } else {
+        w += general_entmax_weight(x, tau[rho], alpha);
+      }
+    }
+  }
+  const float wc = w / static_cast<float>(g);
+  const bool on = wc > 0.0f;
+  *lg = on ? logf(wc) : NAN;
+  return on;
+}
+
+// The diagonal chunk of each of the pair's tokens (−1 for a padding token), for the mask stores: one 64-bit
+// division per token instead of one per stored word.
+__device__ __forceinline__ void token_diagonals(const RouteArgs& a, const SequenceSpan& sp, int tokens,
+                                                int64_t* tok_diag, int tid, int nthreads) {
+  for (int t = tid; t < tokens; t += nthreads)
+    tok_diag[t] = t < sp.n_q ? diagonal_chunk(query_position(t, sp.n_q, sp.n_k), a.chunk) : -1;
+}
+
+// Stores mask word `word` of token t (lane 0 of the warp that computed `bits`): zero for a padding token (diag < 0),
+// else the routed bits plus the token's diagonal bit when it falls in this word.
+__device__ __forceinline__ void store_decode_mask_word(const RouteArgs& a, const SequenceSpan& sp, int r, int t,
+                                                      int64_t word, uint32_t bits, int64_t diag) {
+  if (diag < 0) {
+    bits = 0u;
+  } else if ((diag >> 5) == word) {
+    bits |= 1u << (diag & 31);
+  }
+  if (word < a.mask_words) *a.mask.ptr<uint32_t>(sp.batch_index, r, sp.q_begin + t, word) = bits;
+}
+
+// Σ log w over a token's routed chunks and their count, over logs[0, n) (NaN: not routed), lane-strided then by a
+// butterfly: every lane holds the result.
+__device__ __forceinline__ void token_log_sum(const float* logs, int n, int lane, float* log_sum, int* routed) {
+  float ls = 0.0f;
+  int k = 0;
+  for (int e0 = 0; e0 < n; e0 += 32) {
+    const float lg = logs[e0 + lane];
+    if (lg == lg) {
+      ls += lg;
+      ++k;
+    }
+  }
+#pragma unroll
+  for (int off = 16; off >= 1; off >>= 1) {
+    ls += __shfl_xor_sync(0xffffffffu, ls, off);
+    k += __shfl_xor_sync(0xffffffffu, k, off);
+  }
+  *log_sum = ls;
+  *routed = k;
+}
+
+// Q rows [0, rows) of the pair into `qstage` (row stride Config::kTileStride) with 16-byte copies, zeros for rows
+// without a query; the caller commits.
+template <int kHeadDim, typename T>
+__device__ __forceinline__ void stage_decode_q(const RouteArgs& a, const SequenceSpan& sp, int r, int rows_used,
+                                               int rows, uint16_t* qstage, int tid, int nthreads) {
+  constexpr int kVecPerRow = kHeadDim / 8;
+  const int g = a.group;
+  const T* q_any = a.q.ptr<T>(sp.batch_index, sp.q_begin, int64_t(r) * g, 0);
+  for (int v = tid; v < rows * kVecPerRow; v += nthreads) {
+    const int rho = v / kVecPerRow, col = (v % kVecPerRow) * 8;
+    const bool valid = rho < rows_used && rho / g < sp.n_q;
+    const T* src = valid ? a.q.ptr<T>(sp.batch_index, sp.q_begin + rho / g, int64_t(r) * g + rho % g, col) : q_any;
+    cp_async_16(qstage + rho * Config<kHeadDim>::kTileStride + col, src, valid ? 16 : 0);
+  }
+}
+
+// Summary rows [cb, cb + nrows) of KV head r into `dst` with 16-byte copies (zeros past nrows, up to a multiple of
+// 16, so that every scored sub-tile is defined); the caller commits.
+template <int kHeadDim, typename T>
+__device__ __forceinline__ void stage_summary_rows(const RouteArgs& a, int64_t seq, int r, int cb, int nrows,
+                                                   uint16_t* dst, int tid, int nthreads) {
+  constexpr int kVecPerRow = kHeadDim / 8;
+  const T* base = a.summaries.ptr<T>(seq, 0, r, 0);
+  for (int v = tid; v < ((nrows + 15) / 16 * 16) * kVecPerRow; v += nthreads) {
+    const int row = v / kVecPerRow, col = (v % kVecPerRow) * 8;
+    const bool in = row < nrows;
+    cp_async_16(dst + row * Config<kHeadDim>::kTileStride + col, in ? a.summaries.ptr<T>(seq, cb + row, r, col) : base,
+                in ? 16 : 0);
+  }
+}
+
+// x = score · x_scale of a scored sub-tile (chunks c0 .. c0 + 15) into scores[ρ][c − c_begin], −inf past a row's
+// routable chunks (lim) or the range's end; element (mt, n, i) is row mt·16 + lane/4 + 8·(i/2), chunk
+// c0 + n·8 + 2·(lane%4) + (i & 1).
+template <int kMT>
+__device__ __forceinline__ void store_subtile_scores(const float (&acc)[kMT][2][4], const bool (&mt_active)[kMT], int c0,
+                                                     int c_begin, int c_end, const int (&lim)[kMT][2], int rows_used,
+                                                     float x_scale, float* scores, int sstride, int lane) {
+  const int grp = lane >> 2, quad = lane & 3;
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+    if (!mt_active[mt]) continue;
+#pragma unroll
+    for (int n = 0; n < 2; ++n)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int h = i >> 1;
+        const int rho = mt * 16 + grp + 8 * h;
+        const int c = c0 + n * 8 + quad * 2 + (i & 1);
+        if (rho < rows_used) {
+          const float x = acc[mt][n][i] * x_scale;
+          scores[rho * sstride + (c - c_begin)] = (c < lim[mt][h] && c < c_end) ? x : -INFINITY;
+        }
+      }
+  }
+}
+
+// The candidates x > th of src[0, n) into dst in index order (dst may be src: four blocks of 32 are read before
+// any slot of them is written); returns their count. One warp; dst is complete for every lane on return.
+__device__ __forceinline__ int compact_candidates(const float* src, float* dst, int n, float th, int lane) {
+  int k = 0;
+  for (int c0 = 0; c0 < n; c0 += 128) {
+    float v[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int c = c0 + 32 * j + lane;
+      v[j] = c < n ? src[c] : -INFINITY;
+    }
+    __syncwarp();
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const bool take = v[j] > th;
+      const unsigned bal = __ballot_sync(0xffffffffu, take);
+      if (take) dst[k + __popc(bal & ((1u << lane) - 1u))] = v[j];
+      k += __popc(bal);
+    }
+  }
+  __syncwarp();
+  return k;
+}
+
+}  // namespace route_detail
+}  // namespace cuda
+}  // namespace dashattn
