@@ -143,16 +143,11 @@ __global__ void __launch_bounds__(kThreads, route_cluster_min_blocks<kHeadDim>()
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int grp = lane >> 2;
-  if (tid == 0) {
-    phase_mark(PhaseKernel::kRouteCluster, 0);
-    phase_set_active(PhaseKernel::kRouteCluster, true);
-  }
-  const int g = a.group;
-  const int r = blockIdx.y;
-  const int64_t seq = blockIdx.z;
-  const DecodePair pair = decode_pair(a, seq, ca.tokens_alloc, ca.rows_alloc, int64_t(ca.per_cap) * nctas);
+  const DecodePair pair = decode_pair(a, ca.tokens_alloc, ca.rows_alloc, int64_t(ca.per_cap) * nctas, tid);
   if (!pair.any) return;  // cluster-uniform: depends on the sequence only
   const SequenceSpan sp = pair.sp;
+  const int g = a.group, r = pair.r;
+  const int64_t seq = pair.seq;
   const int tokens = pair.tokens, rows_used = pair.rows_used;
   const int64_t per64 = (pair.words_needed + nctas - 1) / nctas * 32;
   auto hand_over = [&]() {
@@ -393,9 +388,7 @@ __global__ void __launch_bounds__(kThreads, route_cluster_min_blocks<kHeadDim>()
       ls += part_log[k * kR + t];
       n += part_routed[k * kR + t];
     }
-    const bool real = t < sp.n_q;
-    *a.mu.ptr<float>(sp.batch_index, r, sp.q_begin + t) = (real && n > 0) ? ls / static_cast<float>(n) : 0.0f;
-    if (a.active.defined()) *a.active.ptr<int32_t>(sp.batch_index, r, sp.q_begin + t) = real ? n + 1 : 0;
+    store_token_mu(a, sp, r, t, ls, n);
   }
   if (tid == 0) phase_finish(PhaseKernel::kRouteCluster, kPhaseNames);
 #else

@@ -9,6 +9,7 @@
 #include "dashattn/entmax.h"
 #include "dashattn/prior.h"
 #include "mma_sm80.cuh"
+#include "phase_clocks.cuh"
 #include "route_fast.cuh"
 
 namespace dashattn {
@@ -131,20 +132,29 @@ __device__ __forceinline__ double warp_entmax_threshold(const float* x, int n, d
   return m + t;
 }
 
-// The rows one decode routing CTA (or cluster) owns: a (sequence, KV head) pair's tokens and query rows, and its
-// last routable chunk. `fits` is false when the launch was sized for fewer tokens, rows or chunks than the
-// sequence has (then the pair goes to the multi-pass kernel).
+// The rows one decode routing CTA (or cluster) owns: the (sequence, KV head) pair of the block (blockIdx.z,
+// blockIdx.y), its tokens and query rows, and its last routable chunk. `fits` is false when the launch was sized for
+// fewer tokens, rows or chunks than the sequence has (then the pair goes to the multi-pass kernel). Thread 0 also
+// stamps the kernel's entry (profiling build).
 struct DecodePair {
   SequenceSpan sp;
+  int r = 0;
+  int64_t seq = 0;
   int tokens = 0, rows_used = 0;
   int64_t cmax = 0, words_needed = 0;
   bool any = false, fits = false;
 };
 
-__device__ __forceinline__ DecodePair decode_pair(const RouteArgs& a, int64_t seq, int tokens_alloc, int rows_alloc,
-                                                  int64_t chunks_cap) {
+__device__ __forceinline__ DecodePair decode_pair(const RouteArgs& a, int tokens_alloc, int rows_alloc,
+                                                  int64_t chunks_cap, int tid) {
+  if (tid == 0) {
+    phase_mark(PhaseKernel::kRouteCluster, 0);
+    phase_set_active(PhaseKernel::kRouteCluster, true);
+  }
   DecodePair p;
-  p.sp = device_sequence_span(a.batch, seq);
+  p.r = static_cast<int>(blockIdx.y);
+  p.seq = blockIdx.z;
+  p.sp = device_sequence_span(a.batch, p.seq);
   const int64_t owned_rows = a.batch.cu_seqlens_q != nullptr ? p.sp.n_q : a.batch.padded_n_q;
   p.any = owned_rows > 0;
   if (!p.any) return p;
@@ -211,6 +221,15 @@ __device__ __forceinline__ void store_decode_mask_word(const RouteArgs& a, const
     bits |= 1u << (diag & 31);
   }
   if (word < a.mask_words) *a.mask.ptr<uint32_t>(sp.batch_index, r, sp.q_begin + t, word) = bits;
+}
+
+// μ (the mean log w over the token's routed chunks, 0 when none or for a padding token) and the active count
+// (routed chunks plus the diagonal one, 0 for a padding token) of token t.
+__device__ __forceinline__ void store_token_mu(const RouteArgs& a, const SequenceSpan& sp, int r, int t, float log_sum,
+                                               int routed) {
+  const bool real = t < sp.n_q;
+  *a.mu.ptr<float>(sp.batch_index, r, sp.q_begin + t) = (real && routed > 0) ? log_sum / static_cast<float>(routed) : 0.0f;
+  if (a.active.defined()) *a.active.ptr<int32_t>(sp.batch_index, r, sp.q_begin + t) = real ? routed + 1 : 0;
 }
 
 // Σ log w over a token's routed chunks and their count, over logs[0, n) (NaN: not routed), lane-strided then by a

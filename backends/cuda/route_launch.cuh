@@ -52,7 +52,7 @@ inline int64_t cluster_ctas(int64_t max_chunks) {
 // (for measurements). By default the wide kernel (one CTA per pair) runs for sequences of up to 512 chunks once
 // there are 8 pairs, and for longer ones when the pairs fill a quarter of the GPU's multiprocessors; below that,
 // clusters spread the pairs' summaries over more SMs, which pays when each pair has many to load (one SM streams
-// them at a fraction of DRAM bandwidth). Stage 1 on an H100 (132 SMs), µs, cluster / wide at 8 / 16 / 48 pairs:
+// them at a fraction of DRAM bandwidth). Stage 1 on an H100 (132 SMs), µs, cluster / wide at 16 / 32 / 48 pairs:
 // 16K 16.6 / 14.7, 17.4 / 14.8, 18.1 / 15.2; 32K 17.3 / 16.8, 18.8 / 17.4, 19.7 / 17.9; 64K 19.0 / 20.9,
 // 21.3 / 21.5, 23.7 / 21.9 (perf-log.md, twentieth pass).
 enum class DecodeRouteChoice { kAuto, kWide, kCluster };

@@ -119,16 +119,11 @@ __global__ void __launch_bounds__(kWideThreads, 1)
   const int sstride = S::score_stride(wa.per_cap);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int grp = lane >> 2;
-  if (tid == 0) {
-    phase_mark(PhaseKernel::kRouteCluster, 0);
-    phase_set_active(PhaseKernel::kRouteCluster, true);
-  }
-  const int g = a.group;
-  const int r = blockIdx.y;
-  const int64_t seq = blockIdx.z;
-  const DecodePair pair = decode_pair(a, seq, wa.tokens_alloc, wa.rows_alloc, wa.per_cap);
+  const DecodePair pair = decode_pair(a, wa.tokens_alloc, wa.rows_alloc, wa.per_cap, tid);
   if (!pair.any) return;
   const SequenceSpan sp = pair.sp;
+  const int g = a.group, r = pair.r;
+  const int64_t seq = pair.seq;
   if (!pair.fits) {  // launch sized for shorter sequences or fewer rows: the multi-pass kernel
     if (tid == 0) hand_over_pair(a, sp, r);
     return;
@@ -278,9 +273,7 @@ __global__ void __launch_bounds__(kWideThreads, 1)
       log_sum += part_log[t][k];
       routed += part_routed[t][k];
     }
-    const bool real = t < sp.n_q;
-    *a.mu.ptr<float>(sp.batch_index, r, sp.q_begin + t) = (real && routed > 0) ? log_sum / static_cast<float>(routed) : 0.0f;
-    if (a.active.defined()) *a.active.ptr<int32_t>(sp.batch_index, r, sp.q_begin + t) = real ? routed + 1 : 0;
+    store_token_mu(a, sp, r, t, log_sum, routed);
   }
   if (tid == 0) {
     phase_finish(PhaseKernel::kRouteCluster,

@@ -34,6 +34,23 @@ struct StageOutputs {
   int64_t max_chunks = 0, words = 0;
 };
 
+// Stage 1 of q against the summaries into out's mask, τ, μ and active counts; waits for it.
+void route_into(const TensorView& q, const TensorView& summaries, int64_t n_k, const BatchLayout& batch,
+                const MethodParams& m, StageOutputs& out) {
+  RouteParams rp;
+  rp.q = q;
+  rp.summaries = summaries;
+  rp.n_k = n_k;
+  rp.batch = batch;
+  rp.method = m;
+  rp.routing.mask = out.mask.view;
+  rp.routing.tau = out.tau.view;
+  rp.routing.mu = out.mu.view;
+  rp.routing.active_chunks = out.active.view;
+  route(cuda_backend(), rp);
+  cuda_backend().synchronize(nullptr);
+}
+
 StageOutputs run_stages(const ref::Problem& pr, DeviceProblem& dp, const MethodParams& m) {
   StageOutputs out;
   const int64_t seqs = pr.num_sequences();
@@ -56,18 +73,7 @@ StageOutputs run_stages(const ref::Problem& pr, DeviceProblem& dp, const MethodP
   sp.method = m;
   summarize(cuda_backend(), sp);
 
-  RouteParams rp;
-  rp.q = dp.q.view;
-  rp.summaries = out.summaries.view;
-  rp.n_k = n_k;
-  rp.batch = dp.batch;
-  rp.method = m;
-  rp.routing.mask = out.mask.view;
-  rp.routing.tau = out.tau.view;
-  rp.routing.mu = out.mu.view;
-  rp.routing.active_chunks = out.active.view;
-  route(cuda_backend(), rp);
-  cuda_backend().synchronize(nullptr);
+  route_into(dp.q.view, out.summaries.view, n_k, dp.batch, m, out);
   return out;
 }
 
@@ -285,19 +291,10 @@ TEST_CASE("cuda decode routing: the wide and cluster kernels agree bit for bit")
     part.tau = device_filled(DType::kF32, {few, 32, 1}, 0xFF);
     part.mu = device_filled(DType::kF32, {few, 2, 1}, 0xFF);
     part.active = device_filled(DType::kI32, {few, 2, 1}, 0xFF);
-    RouteParams rp;
-    rp.q = dp.q.view;
-    rp.q.shape[0] = few;
-    rp.summaries = all.summaries.view;
-    rp.summaries.shape[0] = few;
-    rp.n_k = pr.padded_n_k();
-    rp.method = m;
-    rp.routing.mask = part.mask.view;
-    rp.routing.tau = part.tau.view;
-    rp.routing.mu = part.mu.view;
-    rp.routing.active_chunks = part.active.view;
-    route(cuda_backend(), rp);
-    cuda_backend().synchronize(nullptr);
+    TensorView q = dp.q.view, summaries = all.summaries.view;
+    q.shape[0] = few;
+    summaries.shape[0] = few;
+    route_into(q, summaries, pr.padded_n_k(), BatchLayout{}, m, part);
     auto prefix = [](std::vector<uint32_t> v, size_t n) {
       v.resize(n);
       return v;
