@@ -3,17 +3,19 @@
 // summaries stream in rounds of 256 chunks (one 16-chunk sub-tile per warp), two rounds in flight, as tensor copies
 // of 64-chunk boxes in the 128-byte swizzle of the attention kernels' K tiles, completing on the round's mbarrier
 // (per-thread 16-byte copies, and a bulk copy per summary row, each left one SM at ~26 GB/s: 256 KB per pair at
-// 64K took ~10 us). Scoring also keeps each sub-tile's row maxima; then warp ρ takes
-// row ρ's maximum, compacts its candidates x > m − 1 − margin in chunk order and solves its exact τ
+// 64K took ~10 us; tensor copies ~7.5 us). Scoring also keeps each sub-tile's row maxima; then warp ρ takes row
+// ρ's maximum, compacts its candidates x > m − 1 − margin in chunk order and solves its exact τ
 // (warp_entmax_threshold: the same list and sums as every other solver, so the same τ bits), and after one CTA
 // barrier the warps emit the mask words (group weight summed in head order from 0, bit = w > 0), then μ (its sums
-// in the cluster kernel's order) and the active count per token.
+// in the cluster kernel's order) and the active count per token. Mask, τ, μ and active counts are bitwise the
+// cluster kernel's.
 //
 // Why a kernel of its own: the cluster kernel (route_cluster.cuh) splits a pair's chunks over up to eight CTAs
 // and spends much of a step in the waits of its cluster barriers (perf-log.md, nineteenth pass). When the pairs
-// alone fill a good part of the GPU (a batched decode step), one CTA per pair needs no cluster barrier at all.
-// Sequences of up to kWideMaxChunks chunks and head dims up to 128 (shared memory); the launcher
-// (route_launch.cuh) chooses between the two kernels. Included only through route_launch.cuh.
+// alone fill a good part of the GPU (a batched decode step), one CTA per pair needs no cluster barrier at all;
+// with few pairs and many chunks, the cluster kernel's spread of the loads over more SMs wins (twentieth pass).
+// Sequences of up to kWideMaxChunks chunks and head dims 64 and 128 (shared memory, whole 128-byte column blocks);
+// the launcher (route_launch.cuh) chooses between the two kernels. Included only through route_launch.cuh.
 #pragma once
 
 #include <cmath>
