@@ -154,7 +154,8 @@ __global__ void __launch_bounds__(kThreads, route_cluster_min_blocks<kHeadDim>()
     if (rank == 0 && tid == 0) hand_over_pair(a, sp, r);
   };
   // Launch sized for shorter sequences or fewer rows than this one has (cluster-uniform): the multi-pass kernel.
-  if (!pair.fits || per64 > ca.per_cap) {
+  // (pair.fits also bounds per64 by per_cap: words_needed · 32 <= per_cap · nctas.)
+  if (!pair.fits) {
     hand_over();
     return;
   }
@@ -211,10 +212,10 @@ __global__ void __launch_bounds__(kThreads, route_cluster_min_blocks<kHeadDim>()
     for (int sub = warp; sub * kSubChunks < nrows; sub += kWarps) {
       const uint16_t* brow =
           stage + (sub * kSubChunks + ((lane >> 4) << 3) + (lane & 7)) * C::kTileStride + ((lane >> 3) & 1) * 8;
-      float acc[kMT][2][4];
+      float acc[kMT][2][4], unused_max[kMT][2];
       score_subtile<T>(acc, qf, mt_active, brow);
       store_subtile_scores(acc, mt_active, cb + sub * kSubChunks, c_begin, c_end, lim, rows_used, a.x_scale, scores,
-                           sstride, lane);
+                           sstride, lane, unused_max);
     }
     __syncthreads();  // scores complete; the staging buffer is free for the next round
   }
@@ -381,15 +382,7 @@ __global__ void __launch_bounds__(kThreads, route_cluster_min_blocks<kHeadDim>()
     return;
   }
   cluster_wait();
-  for (int t = tid; t < tokens; t += kThreads) {
-    float ls = 0.0f;
-    int n = 0;
-    for (int k = 0; k < nctas; ++k) {
-      ls += part_log[k * kR + t];
-      n += part_routed[k * kR + t];
-    }
-    store_token_mu(a, sp, r, t, ls, n);
-  }
+  for (int t = tid; t < tokens; t += kThreads) store_token_mu(a, sp, r, t, part_log, part_routed, nctas, kR);
   if (tid == 0) phase_finish(PhaseKernel::kRouteCluster, kPhaseNames);
 #else
   __trap();  // launched only on devices whose image holds the sm_90 code (see route_launch.cuh)

@@ -224,9 +224,16 @@ __device__ __forceinline__ void store_decode_mask_word(const RouteArgs& a, const
 }
 
 // μ (the mean log w over the token's routed chunks, 0 when none or for a padding token) and the active count
-// (routed chunks plus the diagonal one, 0 for a padding token) of token t.
-__device__ __forceinline__ void store_token_mu(const RouteArgs& a, const SequenceSpan& sp, int r, int t, float log_sum,
-                                               int routed) {
+// (routed chunks plus the diagonal one, 0 for a padding token) of token t, from the partial sums of `parts` chunk
+// ranges, part k of token t at [k·stride + t], added in range order (the order fixes the bits of μ).
+__device__ __forceinline__ void store_token_mu(const RouteArgs& a, const SequenceSpan& sp, int r, int t,
+                                               const float* part_log, const int* part_routed, int parts, int stride) {
+  float log_sum = 0.0f;
+  int routed = 0;
+  for (int k = 0; k < parts; ++k) {
+    log_sum += part_log[k * stride + t];
+    routed += part_routed[k * stride + t];
+  }
   const bool real = t < sp.n_q;
   *a.mu.ptr<float>(sp.batch_index, r, sp.q_begin + t) = (real && routed > 0) ? log_sum / static_cast<float>(routed) : 0.0f;
   if (a.active.defined()) *a.active.ptr<int32_t>(sp.batch_index, r, sp.q_begin + t) = real ? routed + 1 : 0;
@@ -286,14 +293,17 @@ __device__ __forceinline__ void stage_summary_rows(const RouteArgs& a, int64_t s
 
 // x = score · x_scale of a scored sub-tile (chunks c0 .. c0 + 15) into scores[ρ][c − c_begin], −inf past a row's
 // routable chunks (lim) or the range's end; element (mt, n, i) is row mt·16 + lane/4 + 8·(i/2), chunk
-// c0 + n·8 + 2·(lane%4) + (i & 1).
+// c0 + n·8 + 2·(lane%4) + (i & 1). lane_max[mt][h] gets the maximum of the values this lane stored for its row
+// half h (a caller that takes no maxima lets the compiler drop them).
 template <int kMT>
 __device__ __forceinline__ void store_subtile_scores(const float (&acc)[kMT][2][4], const bool (&mt_active)[kMT], int c0,
                                                      int c_begin, int c_end, const int (&lim)[kMT][2], int rows_used,
-                                                     float x_scale, float* scores, int sstride, int lane) {
+                                                     float x_scale, float* scores, int sstride, int lane,
+                                                     float (&lane_max)[kMT][2]) {
   const int grp = lane >> 2, quad = lane & 3;
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt) {
+    lane_max[mt][0] = lane_max[mt][1] = -INFINITY;
     if (!mt_active[mt]) continue;
 #pragma unroll
     for (int n = 0; n < 2; ++n)
@@ -302,10 +312,9 @@ __device__ __forceinline__ void store_subtile_scores(const float (&acc)[kMT][2][
         const int h = i >> 1;
         const int rho = mt * 16 + grp + 8 * h;
         const int c = c0 + n * 8 + quad * 2 + (i & 1);
-        if (rho < rows_used) {
-          const float x = acc[mt][n][i] * x_scale;
-          scores[rho * sstride + (c - c_begin)] = (c < lim[mt][h] && c < c_end) ? x : -INFINITY;
-        }
+        const float x = (c < lim[mt][h] && c < c_end) ? acc[mt][n][i] * x_scale : -INFINITY;
+        lane_max[mt][h] = fmaxf(lane_max[mt][h], x);
+        if (rho < rows_used) scores[rho * sstride + (c - c_begin)] = x;
       }
   }
 }

@@ -1,6 +1,7 @@
-// Stage-1 launcher of one (head dim, dtype) instance: for decode shapes the wide kernel (route_wide.cuh) or, on
-// sm_90, the cluster kernel (route_cluster.cuh), else the single-sweep kernel (route_fast.cuh) for every block (up to 1024 chunks a block whose lists
-// overflow routes itself with the multi-pass code, beyond it hands itself over); then the multi-pass kernel
+// Stage-1 launcher of one (head dim, dtype) instance: for decode shapes on sm_90 the wide kernel (route_wide.cuh)
+// or the cluster kernel (route_cluster.cuh), else the single-sweep kernel (route_fast.cuh) for every block (up to
+// 1024 chunks a block whose lists overflow routes itself with the multi-pass code, beyond it hands itself over);
+// then the multi-pass kernel
 // (route_kernels.cuh) for the blocks handed over, when any can be. Queries or summaries whose rows are not
 // 16-byte aligned go to the multi-pass kernel alone. Included only by the generated route_hdim*_*.cu.
 #pragma once

@@ -106,8 +106,8 @@ __global__ void __launch_bounds__(kWideThreads, 1)
   __shared__ float row_th[kR];
   __shared__ float tau_all[kR];
   __shared__ int64_t tok_diag[kR];
-  __shared__ float part_log[kR][kClusterMaxCtas];
-  __shared__ int part_routed[kR][kClusterMaxCtas];
+  __shared__ float part_log[kClusterMaxCtas * kR];  // [range][token], as the cluster kernel's
+  __shared__ int part_routed[kClusterMaxCtas * kR];
   __shared__ __align__(8) uint64_t full[2];
   __shared__ __align__(16) double solve_terms[kWideWarps][32];
 
@@ -180,21 +180,14 @@ __global__ void __launch_bounds__(kWideThreads, 1)
     const int sub = k * kWideWarps + warp;
     const int c0 = sub * kSubChunks;
     if (c0 < cmax) {
-      float acc[1][2][4];
+      float acc[1][2][4], lane_max[1][2];
       score_subtile_swizzled<T>(acc, qf, mma::smem_addr(stage + (k & 1) * S::kRoundBytes),
                                 warp * kSubChunks + ((lane >> 4) << 3) + (lane & 7), lane);
-      store_subtile_scores(acc, mt_active, c0, 0, cmax, lim, rows_used, a.x_scale, scores, sstride, lane);
-      // The same values' maxima per row (rows grp and grp + 8), over the quad's lanes.
+      store_subtile_scores(acc, mt_active, c0, 0, cmax, lim, rows_used, a.x_scale, scores, sstride, lane, lane_max);
+      // The stored values' maxima per row (rows grp and grp + 8), over the quad's lanes.
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        float m = -INFINITY;
-#pragma unroll
-        for (int n = 0; n < 2; ++n)
-#pragma unroll
-          for (int j = 0; j < 2; ++j) {
-            const int c = c0 + n * 8 + (lane & 3) * 2 + j;
-            if (c < lim[0][h] && c < cmax) m = fmaxf(m, acc[0][n][2 * h + j] * a.x_scale);
-          }
+        float m = lane_max[0][h];
         m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
         m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
         if ((lane & 3) == 0) sub_max[(grp + 8 * h) * kSubs + sub] = m;
@@ -262,21 +255,12 @@ __global__ void __launch_bounds__(kWideThreads, 1)
     int n = 0;
     if (len > 0) token_log_sum(logs + t * wa.per_cap + e_begin, len, lane, &part, &n);
     if (lane == 0) {
-      part_log[t][k] = part;
-      part_routed[t][k] = n;
+      part_log[k * kR + t] = part;
+      part_routed[k * kR + t] = n;
     }
   }
   __syncthreads();
-  if (tid < tokens) {
-    const int t = tid;
-    float log_sum = 0.0f;
-    int routed = 0;
-    for (int k = 0; k < parts; ++k) {
-      log_sum += part_log[t][k];
-      routed += part_routed[t][k];
-    }
-    store_token_mu(a, sp, r, t, log_sum, routed);
-  }
+  if (tid < tokens) store_token_mu(a, sp, r, tid, part_log, part_routed, parts, kR);
   if (tid == 0) {
     phase_finish(PhaseKernel::kRouteCluster,
                  "route wide: entry / first round in / scored / listed (warp 0) / solved / emitted / - / - / exit");
