@@ -382,7 +382,7 @@ __global__ void __launch_bounds__(kThreads, route_cluster_min_blocks<kHeadDim>()
     return;
   }
   cluster_wait();
-  for (int t = tid; t < tokens; t += kThreads) store_token_mu(a, sp, r, t, part_log, part_routed, nctas, kR);
+  for (int t = tid; t < tokens; t += kThreads) store_token_mu(a, sp, r, t, part_log + t, part_routed + t, nctas, kR);
   if (tid == 0) phase_finish(PhaseKernel::kRouteCluster, kPhaseNames);
 #else
   __trap();  // launched only on devices whose image holds the sm_90 code (see route_launch.cuh)

@@ -223,22 +223,6 @@ __device__ __forceinline__ void store_decode_mask_word(const RouteArgs& a, const
   if (word < a.mask_words) *a.mask.ptr<uint32_t>(sp.batch_index, r, sp.q_begin + t, word) = bits;
 }
 
-// μ (the mean log w over the token's routed chunks, 0 when none or for a padding token) and the active count
-// (routed chunks plus the diagonal one, 0 for a padding token) of token t, from the partial sums of `parts` chunk
-// ranges, part k of token t at [k·stride + t], added in range order (the order fixes the bits of μ).
-__device__ __forceinline__ void store_token_mu(const RouteArgs& a, const SequenceSpan& sp, int r, int t,
-                                               const float* part_log, const int* part_routed, int parts, int stride) {
-  float log_sum = 0.0f;
-  int routed = 0;
-  for (int k = 0; k < parts; ++k) {
-    log_sum += part_log[k * stride + t];
-    routed += part_routed[k * stride + t];
-  }
-  const bool real = t < sp.n_q;
-  *a.mu.ptr<float>(sp.batch_index, r, sp.q_begin + t) = (real && routed > 0) ? log_sum / static_cast<float>(routed) : 0.0f;
-  if (a.active.defined()) *a.active.ptr<int32_t>(sp.batch_index, r, sp.q_begin + t) = real ? routed + 1 : 0;
-}
-
 // Σ log w over a token's routed chunks and their count, over logs[0, n) (NaN: not routed), lane-strided then by a
 // butterfly: every lane holds the result.
 __device__ __forceinline__ void token_log_sum(const float* logs, int n, int lane, float* log_sum, int* routed) {

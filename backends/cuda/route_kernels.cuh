@@ -88,6 +88,22 @@ __device__ __forceinline__ int routable_chunks(const RouteArgs& a, const Sequenc
   return i < sp.n_q ? static_cast<int>(diagonal_chunk(query_position(i, sp.n_q, sp.n_k), a.chunk)) : 0;
 }
 
+// μ (the mean log w over the token's routed chunks, 0 when none or for a padding token) and the active count
+// (routed chunks plus the diagonal one, 0 for a padding token) of query i of the sequence, from the partial sums of
+// `parts` chunk ranges at part_log[k·stride], added in range order (the order fixes the bits of μ).
+__device__ __forceinline__ void store_token_mu(const RouteArgs& a, const SequenceSpan& sp, int r, int64_t i,
+                                               const float* part_log, const int* part_routed, int parts, int stride) {
+  float log_sum = 0.0f;
+  int routed = 0;
+  for (int k = 0; k < parts; ++k) {
+    log_sum += part_log[k * stride];
+    routed += part_routed[k * stride];
+  }
+  const bool real = i < sp.n_q;
+  *a.mu.ptr<float>(sp.batch_index, r, sp.q_begin + i) = (real && routed > 0) ? log_sum / static_cast<float>(routed) : 0.0f;
+  if (a.active.defined()) *a.active.ptr<int32_t>(sp.batch_index, r, sp.q_begin + i) = real ? routed + 1 : 0;
+}
+
 struct RowSums {
   int k;
   double s1, s2, sp, spm1;
@@ -542,16 +558,7 @@ __device__ __forceinline__ void route_block(const RouteArgs& a, int64_t tok0, in
     *a.tau.ptr<float>(sp.batch_index, int64_t(r) * g + rho % g, sp.q_begin + i) = i < sp.n_q ? row_tau[rho] : NAN;
   }
   for (int token = tid; token < tokens; token += kThreads) {
-    const int64_t i = tok0 + token;
-    float ls = 0.0f;
-    int n = 0;
-    for (int col = 0; col < kTileChunks; ++col) {
-      ls += logsum[token * kTileChunks + col];
-      n += routed[token * kTileChunks + col];
-    }
-    const bool real = i < sp.n_q;
-    *a.mu.ptr<float>(sp.batch_index, r, sp.q_begin + i) = (real && n > 0) ? ls / static_cast<float>(n) : 0.0f;
-    if (a.active.defined()) *a.active.ptr<int32_t>(sp.batch_index, r, sp.q_begin + i) = real ? n + 1 : 0;
+    store_token_mu(a, sp, r, tok0 + token, logsum + token * kTileChunks, routed + token * kTileChunks, kTileChunks, 1);
   }
 }
 

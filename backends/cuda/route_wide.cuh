@@ -260,7 +260,7 @@ __global__ void __launch_bounds__(kWideThreads, 1)
     }
   }
   __syncthreads();
-  if (tid < tokens) store_token_mu(a, sp, r, tid, part_log, part_routed, parts, kR);
+  if (tid < tokens) store_token_mu(a, sp, r, tid, part_log + tid, part_routed + tid, parts, kR);
   if (tid == 0) {
     phase_finish(PhaseKernel::kRouteCluster,
                  "route wide: entry / first round in / scored / listed (warp 0) / solved / emitted / - / - / exit");
