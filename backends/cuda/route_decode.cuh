@@ -184,17 +184,23 @@ static __device__ __noinline__ float general_entmax_weight(float x, float tau, f
 __device__ __forceinline__ bool chunk_group_weight(const float* scores, int sstride, int t, int g, int e,
                                                    const float* row_th, const float* tau, float alpha, float* lg) {
   float w = 0.0f;
-  const bool is15 = alpha == 1.5f, is2 = alpha == 2.0f;
-  for (int h = 0; h < g; ++h) {
-    const int rho = t * g + h;
-    const float x = scores[rho * sstride + e];
-    if (x > row_th[rho]) {
+  if (alpha == 1.5f || alpha == 2.0f) {
+    // Without branches: a head that holds no weight adds +0, which leaves the (non-negative) sum as it is, so the
+    // loads of all heads can be in flight together. The product is rounded before the addition, as before.
+    const bool is15 = alpha == 1.5f;
+#pragma unroll 4
+    for (int h = 0; h < g; ++h) {
+      const int rho = t * g + h;
+      const float x = scores[rho * sstride + e];
       const float y = x - tau[rho];
-      if (is15 || is2) {
-        if (y > 0.0f) w += is15 ? y * y : y;
-      } else {
-        w += general_entmax_weight(x, tau[rho], alpha);
-      }
+      const float v = is15 ? __fmul_rn(y, y) : y;
+      w += (x > row_th[rho] && y > 0.0f) ? v : 0.0f;
+    }
+  } else {
+    for (int h = 0; h < g; ++h) {
+      const int rho = t * g + h;
+      const float x = scores[rho * sstride + e];
+      if (x > row_th[rho]) w += general_entmax_weight(x, tau[rho], alpha);
     }
   }
   const float wc = w / static_cast<float>(g);
