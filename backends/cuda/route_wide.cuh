@@ -133,15 +133,6 @@ __global__ void __launch_bounds__(kWideThreads, 1)
   const int tokens = pair.tokens, rows_used = pair.rows_used;
   const int cmax = static_cast<int>(pair.cmax);
   const int per = static_cast<int>(pair.words_needed) * 32;
-  for (int rho = tid; rho < kR; rho += kWideThreads) row_limit[rho] = routable_chunks(a, sp, 0, rho, rows_used, g);
-  token_diagonals(a, sp, tokens, tok_diag, tid, kWideThreads);
-  if (tid == 0) {
-    mma::mbar_init(mma::smem_addr(&full[0]), 1);
-    mma::mbar_init(mma::smem_addr(&full[1]), 1);
-    mma::fence_barrier_init();
-  }
-  __syncthreads();
-
   // Round k of summary rows into buffer k % 2: tensor copies of 64-row boxes per column block, completing on
   // full[k % 2]. Rows past the tensor's chunks arrive as zeros; rows past cmax are scored and masked.
   auto stage_round = [&](int k) {
@@ -157,12 +148,21 @@ __global__ void __launch_bounds__(kWideThreads, 1)
         mma::tma_load_4d(buf + uint32_t(cblk * S::kBlockBytes + j * 64 * 128), &tmap, bar, cblk * 64, cb + j * 64, r,
                          static_cast<int>(seq));
   };
-  stage_decode_q<kHeadDim, T>(a, sp, r, rows_used, kR, qstage, tid, kWideThreads);
-  cp_async_commit();
+  // Thread 0 starts the first two rounds as soon as their barriers exist (the other threads first wait on them
+  // after the barrier below); the rows' limits and the tokens' diagonals (64-bit divisions) follow.
+  if (tid == 0) {
+    mma::mbar_init(mma::smem_addr(&full[0]), 1);
+    mma::mbar_init(mma::smem_addr(&full[1]), 1);
+    mma::fence_barrier_init();
+  }
   stage_round(0);
   stage_round(1);
+  stage_decode_q<kHeadDim, T>(a, sp, r, rows_used, kR, qstage, tid, kWideThreads);
+  cp_async_commit();
+  for (int rho = tid; rho < kR; rho += kWideThreads) row_limit[rho] = routable_chunks(a, sp, 0, rho, rows_used, g);
+  token_diagonals(a, sp, tokens, tok_diag, tid, kWideThreads);
   cp_async_wait(0);
-  __syncthreads();  // Q visible to every warp
+  __syncthreads();  // Q, the barriers, the rows' limits and the tokens' diagonals visible to every warp
   uint32_t qf[1][kKS][4];
   const bool mt_active[1] = {true};
   {
