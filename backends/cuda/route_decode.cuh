@@ -177,36 +177,66 @@ static __device__ __noinline__ float general_entmax_weight(float x, float tau, f
   return entmax_weight(x, tau, alpha);
 }
 
-// The group weight of chunk e for token t (head weights summed in head order from 0, as dashattn::group_weight
-// does, over the heads that hold e as a candidate), from scores laid out [row][sstride]: whether it is routed
-// (w > 0), and its log w (NaN when not). entmax_weight's own arithmetic; a head whose weight is 0 adds nothing,
-// as adding +0 would not change the sum.
-__device__ __forceinline__ bool chunk_group_weight(const float* scores, int sstride, int t, int g, int e,
-                                                   const float* row_th, const float* tau, float alpha, float* lg) {
-  float w = 0.0f;
+// The weight of one head's chunk score x (threshold th, τ): entmax_weight's arithmetic, 0 when x is no candidate
+// (x ≤ th) or below τ. For α = 1.5 and 2 without branches, the product rounded before any addition.
+__device__ __forceinline__ float head_chunk_weight(float x, float th, float tau, float alpha) {
   if (alpha == 1.5f || alpha == 2.0f) {
-    // Without branches: a head that holds no weight adds +0, which leaves the (non-negative) sum as it is, so the
-    // loads of all heads can be in flight together. The product is rounded before the addition, as before.
-    const bool is15 = alpha == 1.5f;
-#pragma unroll 4
-    for (int h = 0; h < g; ++h) {
-      const int rho = t * g + h;
-      const float x = scores[rho * sstride + e];
-      const float y = x - tau[rho];
-      const float v = is15 ? __fmul_rn(y, y) : y;
-      w += (x > row_th[rho] && y > 0.0f) ? v : 0.0f;
-    }
-  } else {
-    for (int h = 0; h < g; ++h) {
-      const int rho = t * g + h;
-      const float x = scores[rho * sstride + e];
-      if (x > row_th[rho]) w += general_entmax_weight(x, tau[rho], alpha);
-    }
+    const float y = x - tau;
+    const float v = alpha == 1.5f ? __fmul_rn(y, y) : y;
+    return (x > th && y > 0.0f) ? v : 0.0f;
   }
+  return x > th ? general_entmax_weight(x, tau, alpha) : 0.0f;
+}
+
+// Whether a group weight w (the heads' weights summed in head order) routes its chunk, and its log (NaN if not).
+__device__ __forceinline__ bool group_log_weight(float w, int g, float* lg) {
   const float wc = w / static_cast<float>(g);
   const bool on = wc > 0.0f;
   *lg = on ? logf(wc) : NAN;
   return on;
+}
+
+// The group weight of chunk e for token t (head weights summed in head order from 0, as dashattn::group_weight
+// does, over the heads that hold e as a candidate), from scores laid out [row][sstride]: whether it is routed
+// (w > 0), and its log w (NaN when not). A head whose weight is 0 adds +0, which leaves the (non-negative) sum as
+// it is, so the loads of all heads can be in flight together.
+__device__ __forceinline__ bool chunk_group_weight(const float* scores, int sstride, int t, int g, int e,
+                                                   const float* row_th, const float* tau, float alpha, float* lg) {
+  float w = 0.0f;
+  if (alpha == 1.5f || alpha == 2.0f) {
+#pragma unroll 4
+    for (int h = 0; h < g; ++h) {
+      const int rho = t * g + h;
+      w += head_chunk_weight(scores[rho * sstride + e], row_th[rho], tau[rho], alpha);
+    }
+  } else {
+    for (int h = 0; h < g; ++h) {
+      const int rho = t * g + h;
+      w += head_chunk_weight(scores[rho * sstride + e], row_th[rho], tau[rho], alpha);
+    }
+  }
+  return group_log_weight(w, g, lg);
+}
+
+// Row ρ's head weights of chunks [0, n) written over its scores, by the warp that solved the row (lane-strided),
+// so that the emit after the CTA barrier only adds them (group_weight_of_rows): this pass runs while other warps
+// still solve. Bitwise the weights chunk_group_weight adds.
+__device__ __forceinline__ void row_weights_in_place(float* row, int n, float th, float tau, float alpha, int lane) {
+  if (alpha == 1.5f || alpha == 2.0f) {
+#pragma unroll 4
+    for (int e = lane; e < n; e += 32) row[e] = head_chunk_weight(row[e], th, tau, alpha);
+  } else {
+    for (int e = lane; e < n; e += 32) row[e] = head_chunk_weight(row[e], th, tau, alpha);
+  }
+}
+
+// chunk_group_weight from the head weights of row_weights_in_place: the same sum in head order, the same bits.
+__device__ __forceinline__ bool group_weight_of_rows(const float* weights, int sstride, int t, int g, int e,
+                                                     float* lg) {
+  float w = 0.0f;
+#pragma unroll 8
+  for (int h = 0; h < g; ++h) w += weights[(t * g + h) * sstride + e];
+  return group_log_weight(w, g, lg);
 }
 
 // The diagonal chunk of each of the pair's tokens (−1 for a padding token), for the mask stores: one 64-bit

@@ -5,9 +5,10 @@
 // (per-thread 16-byte copies, and a bulk copy per summary row, each left one SM at ~26 GB/s: 256 KB per pair at
 // 64K took ~10 us; tensor copies ~7.5 us). Scoring also keeps each sub-tile's row maxima; then warp ρ takes row
 // ρ's maximum, compacts its candidates x > m − 1 − margin in chunk order and solves its exact τ
-// (warp_entmax_threshold: the same list and sums as every other solver, so the same τ bits), and after one CTA
-// barrier the warps emit the mask words (group weight summed in head order from 0, bit = w > 0), then μ (its sums
-// in the cluster kernel's order) and the active count per token. Mask, τ, μ and active counts are bitwise the
+// (warp_entmax_threshold: the same list and sums as every other solver, so the same τ bits), then turns its row's
+// scores into head weights in place (while other warps still solve); after one CTA barrier the warps emit the mask
+// words (group weight summed in head order from 0, bit = w > 0), then μ (its sums in the cluster kernel's order)
+// and the active count per token. Mask, τ, μ and active counts are bitwise the
 // cluster kernel's.
 //
 // Why a kernel of its own: the cluster kernel (route_cluster.cuh) splits a pair's chunks over up to eight CTAs
@@ -103,8 +104,6 @@ __global__ void __launch_bounds__(kWideThreads, 1)
   constexpr int kSubs = kWideMaxChunks / kSubChunks;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __shared__ int row_limit[kR];
-  __shared__ float row_th[kR];
-  __shared__ float tau_all[kR];
   __shared__ int64_t tok_diag[kR];
   __shared__ float part_log[kClusterMaxCtas * kR];  // [range][token], as the cluster kernel's
   __shared__ int part_routed[kClusterMaxCtas * kR];
@@ -201,7 +200,7 @@ __global__ void __launch_bounds__(kWideThreads, 1)
   // ---- Row ρ by warp ρ: maximum, candidates in chunk order, exact τ ----
   if (warp < rows_used) {
     const int rho = warp;
-    const float* row = scores + rho * sstride;
+    float* row = scores + rho * sstride;
     float m = -INFINITY;
     for (int i = lane; i * kSubChunks < cmax; i += 32) m = fmaxf(m, sub_max[rho * kSubs + i]);
 #pragma unroll
@@ -215,11 +214,12 @@ __global__ void __launch_bounds__(kWideThreads, 1)
       tau = static_cast<float>(warp_entmax_threshold(list, n, a.alpha, a.solver, lane, solve_terms[warp]));
     }
     if (lane == 0) {
-      row_th[rho] = th;
-      tau_all[rho] = tau;
       const int64_t i = rho / g;
       *a.tau.ptr<float>(sp.batch_index, int64_t(r) * g + rho % g, sp.q_begin + i) = i < sp.n_q ? tau : NAN;
     }
+    // The row is this warp's alone (lane-strided, as compact_candidates read it): its scores become head weights.
+    row_weights_in_place(row, cmax, th, tau, a.alpha, lane);
+    if (tid == 0) phase_mark(PhaseKernel::kRouteCluster, 7);
   }
   __syncthreads();
   if (tid == 0) phase_mark(PhaseKernel::kRouteCluster, 4);
@@ -230,7 +230,7 @@ __global__ void __launch_bounds__(kWideThreads, 1)
     const int t = v / words_here, word = v % words_here;
     const int e = word * 32 + lane;
     float lg = NAN;
-    const bool on = e < cmax && chunk_group_weight(scores, sstride, t, g, e, row_th, tau_all, a.alpha, &lg);
+    const bool on = e < cmax && group_weight_of_rows(scores, sstride, t, g, e, &lg);
     logs[t * wa.per_cap + e] = lg;
     const uint32_t bits = __ballot_sync(0xffffffffu, on);
     if (lane == 0) store_decode_mask_word(a, sp, r, t, word, bits, tok_diag[t]);
@@ -260,10 +260,12 @@ __global__ void __launch_bounds__(kWideThreads, 1)
     }
   }
   __syncthreads();
+  if (tid == 0) phase_mark(PhaseKernel::kRouteCluster, 6);
   if (tid < tokens) store_token_mu(a, sp, r, tid, part_log + tid, part_routed + tid, parts, kR);
   if (tid == 0) {
     phase_finish(PhaseKernel::kRouteCluster,
-                 "route wide: entry / first round in / scored / listed (warp 0) / solved / emitted / - / - / exit");
+                 "route wide: entry / first round in / scored / listed (warp 0) / solved / emitted / mu parts / "
+                 "warp 0 weighted (before the barrier) / exit");
   }
 #else
   __trap();  // launched only on devices whose image holds the sm_90 code (see route_launch.cuh)
