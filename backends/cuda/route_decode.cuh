@@ -247,16 +247,41 @@ __device__ __forceinline__ void token_diagonals(const RouteArgs& a, const Sequen
     tok_diag[t] = t < sp.n_q ? diagonal_chunk(query_position(t, sp.n_q, sp.n_k), a.chunk) : -1;
 }
 
-// Stores mask word `word` of token t (lane 0 of the warp that computed `bits`): zero for a padding token (diag < 0),
-// else the routed bits plus the token's diagonal bit when it falls in this word.
-__device__ __forceinline__ void store_decode_mask_word(const RouteArgs& a, const SequenceSpan& sp, int r, int t,
-                                                      int64_t word, uint32_t bits, int64_t diag) {
+// Stores mask word `word` of a token whose mask row starts at `row` (word stride `stride`; lane 0 of the warp that
+// computed `bits`): zero for a padding token (diag < 0), else the routed bits plus the token's diagonal bit when it
+// falls in this word.
+__device__ __forceinline__ void store_mask_word_at(uint32_t* row, int64_t stride, int64_t mask_words, int64_t word,
+                                                   uint32_t bits, int64_t diag) {
   if (diag < 0) {
     bits = 0u;
   } else if ((diag >> 5) == word) {
     bits |= 1u << (diag & 31);
   }
-  if (word < a.mask_words) *a.mask.ptr<uint32_t>(sp.batch_index, r, sp.q_begin + t, word) = bits;
+  if (word < mask_words) row[word * stride] = bits;
+}
+
+// store_mask_word_at for token t of the pair (sequence sp, KV head r).
+__device__ __forceinline__ void store_decode_mask_word(const RouteArgs& a, const SequenceSpan& sp, int r, int t,
+                                                      int64_t word, uint32_t bits, int64_t diag) {
+  store_mask_word_at(a.mask.ptr<uint32_t>(sp.batch_index, r, sp.q_begin + t), a.mask.stride[3], a.mask_words, word,
+                     bits, diag);
+}
+
+// One lane's share of Σ log w and the routed count: a routed chunk's log (not NaN) is added, in the caller's order.
+__device__ __forceinline__ void add_log_weight(float lg, float* log_sum, int* routed) {
+  if (lg == lg) {
+    *log_sum += lg;
+    ++*routed;
+  }
+}
+
+// The lanes' shares of Σ log w and of the count added by a butterfly: every lane holds the result.
+__device__ __forceinline__ void warp_log_sum(float* log_sum, int* routed) {
+#pragma unroll
+  for (int off = 16; off >= 1; off >>= 1) {
+    *log_sum += __shfl_xor_sync(0xffffffffu, *log_sum, off);
+    *routed += __shfl_xor_sync(0xffffffffu, *routed, off);
+  }
 }
 
 // Σ log w over a token's routed chunks and their count, over logs[0, n) (NaN: not routed), lane-strided then by a
@@ -264,18 +289,8 @@ __device__ __forceinline__ void store_decode_mask_word(const RouteArgs& a, const
 __device__ __forceinline__ void token_log_sum(const float* logs, int n, int lane, float* log_sum, int* routed) {
   float ls = 0.0f;
   int k = 0;
-  for (int e0 = 0; e0 < n; e0 += 32) {
-    const float lg = logs[e0 + lane];
-    if (lg == lg) {
-      ls += lg;
-      ++k;
-    }
-  }
-#pragma unroll
-  for (int off = 16; off >= 1; off >>= 1) {
-    ls += __shfl_xor_sync(0xffffffffu, ls, off);
-    k += __shfl_xor_sync(0xffffffffu, k, off);
-  }
+  for (int e0 = 0; e0 < n; e0 += 32) add_log_weight(logs[e0 + lane], &ls, &k);
+  warp_log_sum(&ls, &k);
   *log_sum = ls;
   *routed = k;
 }

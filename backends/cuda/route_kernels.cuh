@@ -89,19 +89,27 @@ __device__ __forceinline__ int routable_chunks(const RouteArgs& a, const Sequenc
 }
 
 // μ (the mean log w over the token's routed chunks, 0 when none or for a padding token) and the active count
-// (routed chunks plus the diagonal one, 0 for a padding token) of query i of the sequence, from the partial sums of
-// `parts` chunk ranges at part_log[k·stride], added in range order (the order fixes the bits of μ).
-__device__ __forceinline__ void store_token_mu(const RouteArgs& a, const SequenceSpan& sp, int r, int64_t i,
-                                               const float* part_log, const int* part_routed, int parts, int stride) {
+// (routed chunks plus the diagonal one, 0 for a padding token) of a token (`real`: not padding) into *mu and, if
+// not null, *active, from the partial sums of `parts` chunk ranges at part_log[k·stride], added in range order (the
+// order fixes the bits of μ).
+__device__ __forceinline__ void store_token_mu_at(float* mu, int32_t* active, bool real, const float* part_log,
+                                                  const int* part_routed, int parts, int stride) {
   float log_sum = 0.0f;
   int routed = 0;
   for (int k = 0; k < parts; ++k) {
     log_sum += part_log[k * stride];
     routed += part_routed[k * stride];
   }
-  const bool real = i < sp.n_q;
-  *a.mu.ptr<float>(sp.batch_index, r, sp.q_begin + i) = (real && routed > 0) ? log_sum / static_cast<float>(routed) : 0.0f;
-  if (a.active.defined()) *a.active.ptr<int32_t>(sp.batch_index, r, sp.q_begin + i) = real ? routed + 1 : 0;
+  *mu = (real && routed > 0) ? log_sum / static_cast<float>(routed) : 0.0f;
+  if (active != nullptr) *active = real ? routed + 1 : 0;
+}
+
+// store_token_mu_at for query i of the sequence (KV head r).
+__device__ __forceinline__ void store_token_mu(const RouteArgs& a, const SequenceSpan& sp, int r, int64_t i,
+                                               const float* part_log, const int* part_routed, int parts, int stride) {
+  store_token_mu_at(a.mu.ptr<float>(sp.batch_index, r, sp.q_begin + i),
+                    a.active.defined() ? a.active.ptr<int32_t>(sp.batch_index, r, sp.q_begin + i) : nullptr,
+                    i < sp.n_q, part_log, part_routed, parts, stride);
 }
 
 struct RowSums {

@@ -46,8 +46,8 @@ struct WideArgs {
 
 // Shared memory (from the first 1024-byte boundary, as the swizzle needs): two rounds of summary rows, each as
 // kHeadDim / 64 column blocks [256 rows][128 bytes]; Q; the sub-tiles' row maxima [rows][kWideMaxChunks / 16]; the
-// scores [rows][per_cap + 1] (odd stride: the fragment stores of eight rows land in different banks). The candidate
-// lists [rows][per_cap] and later the per-token logarithms [tokens][per_cap] reuse the rounds' space, which is dead
+// scores [rows][per_cap + 1] (odd stride: the fragment stores of eight rows land in different banks), which become
+// the rows' head weights once solved. The candidate lists [rows][per_cap] reuse the rounds' space, which is dead
 // once every chunk is scored.
 template <int kHeadDim>
 struct WideSmem {
@@ -105,6 +105,10 @@ __global__ void __launch_bounds__(kWideThreads, 1)
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __shared__ int row_limit[kR];
   __shared__ int64_t tok_diag[kR];
+  __shared__ float* row_tau[kR];
+  __shared__ uint32_t* tok_mask[kR];
+  __shared__ float* tok_mu[kR];
+  __shared__ int32_t* tok_active[kR];
   __shared__ float part_log[kClusterMaxCtas * kR];  // [range][token], as the cluster kernel's
   __shared__ int part_routed[kClusterMaxCtas * kR];
   __shared__ __align__(8) uint64_t full[2];
@@ -116,7 +120,6 @@ __global__ void __launch_bounds__(kWideThreads, 1)
   float* sub_max = reinterpret_cast<float*>(smem + S::submax_off());
   float* scores = reinterpret_cast<float*>(smem + S::score_off());
   float* lists = reinterpret_cast<float*>(smem);  // once scored
-  float* logs = reinterpret_cast<float*>(smem);   // once solved
   const int sstride = S::score_stride(wa.per_cap);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int grp = lane >> 2;
@@ -147,21 +150,33 @@ __global__ void __launch_bounds__(kWideThreads, 1)
         mma::tma_load_4d(buf + uint32_t(cblk * S::kBlockBytes + j * 64 * 128), &tmap, bar, cblk * 64, cb + j * 64, r,
                          static_cast<int>(seq));
   };
-  // Thread 0 starts the first two rounds as soon as their barriers exist (the other threads first wait on them
-  // after the barrier below); the rows' limits and the tokens' diagonals (64-bit divisions) follow.
+  // Thread 0 starts the first two rounds as soon as their barriers exist; the rows' limits, the tokens' diagonals
+  // (64-bit divisions) and the output addresses follow while the copies are in flight.
   if (tid == 0) {
     mma::mbar_init(mma::smem_addr(&full[0]), 1);
     mma::mbar_init(mma::smem_addr(&full[1]), 1);
     mma::fence_barrier_init();
   }
+  __syncthreads();
   stage_round(0);
   stage_round(1);
   stage_decode_q<kHeadDim, T>(a, sp, r, rows_used, kR, qstage, tid, kWideThreads);
   cp_async_commit();
   for (int rho = tid; rho < kR; rho += kWideThreads) row_limit[rho] = routable_chunks(a, sp, 0, rho, rows_used, g);
   token_diagonals(a, sp, tokens, tok_diag, tid, kWideThreads);
+  // The rows' τ, the tokens' mask rows, μ and active counts: addressed now, so that the stores at the end of each
+  // phase need no parameter loads (each a round trip when the phase's code first runs).
+  if (tid < rows_used) {
+    const int64_t i = tid / g;
+    row_tau[tid] = a.tau.ptr<float>(sp.batch_index, int64_t(r) * g + tid % g, sp.q_begin + i);
+  }
+  if (tid < tokens) {
+    tok_mask[tid] = a.mask.ptr<uint32_t>(sp.batch_index, r, sp.q_begin + tid);
+    tok_mu[tid] = a.mu.ptr<float>(sp.batch_index, r, sp.q_begin + tid);
+    tok_active[tid] = a.active.defined() ? a.active.ptr<int32_t>(sp.batch_index, r, sp.q_begin + tid) : nullptr;
+  }
   cp_async_wait(0);
-  __syncthreads();  // Q, the barriers, the rows' limits and the tokens' diagonals visible to every warp
+  __syncthreads();  // Q, the rows' limits, the tokens' diagonals and the addresses visible to every warp
   uint32_t qf[1][kKS][4];
   const bool mt_active[1] = {true};
   {
@@ -213,10 +228,7 @@ __global__ void __launch_bounds__(kWideThreads, 1)
     if (row_limit[rho] > 0) {
       tau = static_cast<float>(warp_entmax_threshold(list, n, a.alpha, a.solver, lane, solve_terms[warp]));
     }
-    if (lane == 0) {
-      const int64_t i = rho / g;
-      *a.tau.ptr<float>(sp.batch_index, int64_t(r) * g + rho % g, sp.q_begin + i) = i < sp.n_q ? tau : NAN;
-    }
+    if (lane == 0) *row_tau[rho] = rho / g < sp.n_q ? tau : NAN;
     // The row is this warp's alone (lane-strided, as compact_candidates read it): its scores become head weights.
     row_weights_in_place(row, cmax, th, tau, a.alpha, lane);
     if (tid == 0) phase_mark(PhaseKernel::kRouteCluster, 7);
@@ -224,47 +236,43 @@ __global__ void __launch_bounds__(kWideThreads, 1)
   __syncthreads();
   if (tid == 0) phase_mark(PhaseKernel::kRouteCluster, 4);
 
-  // ---- Mask words, one lane per chunk; log w per chunk kept for the ordered sums ----
+  // ---- Mask words and μ's partial sums: a warp per (token, μ range), a lane per chunk ----
+  // Σ log w in the cluster kernel's order for the same launch shape (a partial per CTA range, each lane adding its
+  // chunks in order, then a butterfly; the partials added in range order), so that the two kernels agree bit for
+  // bit whichever one a batch size selects. The warp of a range emits the range's mask words in order and adds
+  // their logs as it goes.
+  const int parts = wa.mu_parts;
   const int words_here = per / 32;
-  for (int v = warp; v < tokens * words_here; v += kWideWarps) {
-    const int t = v / words_here, word = v % words_here;
-    const int e = word * 32 + lane;
-    float lg = NAN;
-    const bool on = e < cmax && group_weight_of_rows(scores, sstride, t, g, e, &lg);
-    logs[t * wa.per_cap + e] = lg;
-    const uint32_t bits = __ballot_sync(0xffffffffu, on);
-    if (lane == 0) store_decode_mask_word(a, sp, r, t, word, bits, tok_diag[t]);
+  const int part_words = (words_here + parts - 1) / parts;
+  for (int v = warp; v < tokens * parts; v += kWideWarps) {
+    const int t = v / parts, k = v % parts;
+    const int word_end = (k + 1) * part_words < words_here ? (k + 1) * part_words : words_here;
+    float log_sum = 0.0f;
+    int routed = 0;
+    for (int word = k * part_words; word < word_end; ++word) {
+      const int e = word * 32 + lane;
+      float lg = NAN;
+      const bool on = e < cmax && group_weight_of_rows(scores, sstride, t, g, e, &lg);
+      add_log_weight(lg, &log_sum, &routed);
+      const uint32_t bits = __ballot_sync(0xffffffffu, on);
+      if (lane == 0) store_mask_word_at(tok_mask[t], a.mask.stride[3], a.mask_words, word, bits, tok_diag[t]);
+    }
+    warp_log_sum(&log_sum, &routed);
+    if (lane == 0) {
+      part_log[k * kR + t] = log_sum;
+      part_routed[k * kR + t] = routed;
+    }
   }
   for (int t = warp; t < tokens; t += kWideWarps)
     for (int64_t word = words_here + lane; word < a.mask_words; word += 32)
-      store_decode_mask_word(a, sp, r, t, word, 0u, tok_diag[t]);
+      store_mask_word_at(tok_mask[t], a.mask.stride[3], a.mask_words, word, 0u, tok_diag[t]);
   __syncthreads();
   if (tid == 0) phase_mark(PhaseKernel::kRouteCluster, 5);
-
-  // ---- μ and the active count per token ----
-  // Σ log w in the cluster kernel's order for the same launch shape (a partial per CTA range, lane-strided and then
-  // a butterfly, the partials added in rank order), so that the two kernels agree bit for bit whichever one a batch
-  // size selects. A warp per (token, range), then a thread per token.
-  const int parts = wa.mu_parts;
-  const int per_part = (static_cast<int>(pair.words_needed) + parts - 1) / parts * 32;
-  for (int v = warp; v < tokens * parts; v += kWideWarps) {
-    const int t = v / parts, k = v % parts;
-    const int e_begin = k * per_part;
-    const int len = per - e_begin < per_part ? per - e_begin : per_part;  // past `per` every log is NaN
-    float part = 0.0f;
-    int n = 0;
-    if (len > 0) token_log_sum(logs + t * wa.per_cap + e_begin, len, lane, &part, &n);
-    if (lane == 0) {
-      part_log[k * kR + t] = part;
-      part_routed[k * kR + t] = n;
-    }
-  }
-  __syncthreads();
-  if (tid == 0) phase_mark(PhaseKernel::kRouteCluster, 6);
-  if (tid < tokens) store_token_mu(a, sp, r, tid, part_log + tid, part_routed + tid, parts, kR);
+  if (tid < tokens)
+    store_token_mu_at(tok_mu[tid], tok_active[tid], tid < sp.n_q, part_log + tid, part_routed + tid, parts, kR);
   if (tid == 0) {
     phase_finish(PhaseKernel::kRouteCluster,
-                 "route wide: entry / first round in / scored / listed (warp 0) / solved / emitted / mu parts / "
+                 "route wide: entry / first round in / scored / listed (warp 0) / solved / emitted with mu parts / - / "
                  "warp 0 weighted (before the barrier) / exit");
   }
 #else
