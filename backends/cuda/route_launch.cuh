@@ -44,9 +44,16 @@ bool cluster_route_available() {
   return v == 2;
 }
 
-// CTAs per cluster of the cluster kernel for a launch whose longest sequence has max_chunks chunks.
+// CTAs per cluster of the cluster kernel for a launch whose longest sequence has max_chunks chunks (also the number
+// of μ's partial sums in both decode routing kernels). DASHATTN_CUDA_DECODE_CLUSTER_CTAS=S (1 to 8) caps it at S,
+// for measurements.
 inline int64_t cluster_ctas(int64_t max_chunks) {
-  return std::min<int64_t>(kClusterMaxCtas, std::max<int64_t>(1, ceil_div(max_chunks, kClusterTargetChunks)));
+  static const int cap = [] {
+    const char* env = std::getenv("DASHATTN_CUDA_DECODE_CLUSTER_CTAS");
+    const int v = env != nullptr ? std::atoi(env) : 0;
+    return v >= 1 && v <= kClusterMaxCtas ? v : kClusterMaxCtas;
+  }();
+  return std::min<int64_t>(cap, std::max<int64_t>(1, ceil_div(max_chunks, kClusterTargetChunks)));
 }
 
 // Which decode routing kernel a qualifying shape takes. DASHATTN_CUDA_DECODE_ROUTE=wide or =cluster forces one
