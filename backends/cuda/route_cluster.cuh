@@ -332,10 +332,7 @@ __global__ void __launch_bounds__(kThreads, route_cluster_min_blocks<kHeadDim>()
       // This CTA's own entry is already in place: storing it again would race with the other lanes' reads.
       if (whole_rows && lane != rank) cluster.map_shared_rank(row_th, lane)[rho] = row_th[rho];
     }
-    if (lane == 0) {
-      const int64_t i = rho / g;
-      *a.tau.ptr<float>(sp.batch_index, int64_t(r) * g + rho % g, sp.q_begin + i) = i < sp.n_q ? tau : NAN;
-    }
+    if (lane == 0) *row_tau_ptr(a, sp, r, g, 0, rho) = rho / g < sp.n_q ? tau : NAN;
   }
   if (tid == 0) phase_mark(PhaseKernel::kRouteCluster, 5);
   cluster_barrier();

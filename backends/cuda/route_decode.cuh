@@ -169,7 +169,7 @@ __device__ __forceinline__ DecodePair decode_pair(const RouteArgs& a, int tokens
 
 // Marks the pair (KV head r) for the multi-pass kernel: the τ of its first row carries kHandOverTauBits.
 __device__ __forceinline__ void hand_over_pair(const RouteArgs& a, const SequenceSpan& sp, int r) {
-  *a.tau.ptr<float>(sp.batch_index, int64_t(r) * a.group, sp.q_begin) = __uint_as_float(kHandOverTauBits);
+  *row_tau_ptr(a, sp, r, a.group, 0, 0) = __uint_as_float(kHandOverTauBits);
 }
 
 // entmax_weight for α other than 1.5 and 2, out of line: its powf would otherwise sit in the emit loop's code.
@@ -263,8 +263,7 @@ __device__ __forceinline__ void store_mask_word_at(uint32_t* row, int64_t stride
 // store_mask_word_at for token t of the pair (sequence sp, KV head r).
 __device__ __forceinline__ void store_decode_mask_word(const RouteArgs& a, const SequenceSpan& sp, int r, int t,
                                                       int64_t word, uint32_t bits, int64_t diag) {
-  store_mask_word_at(a.mask.ptr<uint32_t>(sp.batch_index, r, sp.q_begin + t), a.mask.stride[3], a.mask_words, word,
-                     bits, diag);
+  store_mask_word_at(token_mask_row(a, sp, r, t), a.mask.stride[3], a.mask_words, word, bits, diag);
 }
 
 // One lane's share of Σ log w and the routed count: a routed chunk's log (not NaN) is added, in the caller's order.

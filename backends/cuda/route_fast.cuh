@@ -543,10 +543,8 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
       // A block of a long sequence goes to the multi-pass kernel, whose launch has the registers its solve needs
       // (in place, under this kernel's bound, the 1M-token prefill took 6.35 s instead of 6.19). The mark goes to
       // every row so that the first one carries it.
-      for (int rho = tid; rho < rows_used; rho += kThreads) {
-        *a.tau.ptr<float>(sp.batch_index, int64_t(r) * g + rho % g, sp.q_begin + tok0 + rho / g) =
-            __uint_as_float(kHandOverTauBits);
-      }
+      for (int rho = tid; rho < rows_used; rho += kThreads)
+        *row_tau_ptr(a, sp, r, g, tok0, rho) = __uint_as_float(kHandOverTauBits);
     }
     phase_clock.finish(true);
     return;
@@ -619,7 +617,7 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
     const int64_t i = tok0 + t;
     const bool real = i < sp.n_q;
     const int64_t diag = real ? diagonal_chunk(query_position(i, sp.n_q, sp.n_k), a.chunk) : -1;
-    uint32_t* mask_row = a.mask.ptr<uint32_t>(sp.batch_index, r, sp.q_begin + i, 0);
+    uint32_t* mask_row = token_mask_row(a, sp, r, i);
     auto write_word = [&](int64_t word, uint32_t bits) {
       if (!real) bits = 0u;
       else if ((diag >> 5) == word) bits |= 1u << (diag & 31);
@@ -781,15 +779,12 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
       routed += __shfl_xor_sync(0xffffffffu, routed, off);
     }
     if (lane == 0) {
-      *a.mu.ptr<float>(sp.batch_index, r, sp.q_begin + i) =
-          (real && routed > 0) ? log_sum / static_cast<float>(routed) : 0.0f;
-      if (a.active.defined()) *a.active.ptr<int32_t>(sp.batch_index, r, sp.q_begin + i) = real ? routed + 1 : 0;
+      *token_mu_ptr(a, sp, r, i) = (real && routed > 0) ? log_sum / static_cast<float>(routed) : 0.0f;
+      if (int32_t* active = token_active_ptr(a, sp, r, i)) *active = real ? routed + 1 : 0;
     }
   }
-  for (int rho = tid; rho < rows_used; rho += kThreads) {
-    const int64_t i = tok0 + rho / g;
-    *a.tau.ptr<float>(sp.batch_index, int64_t(r) * g + rho % g, sp.q_begin + i) = i < sp.n_q ? row_tau[rho] : NAN;
-  }
+  for (int rho = tid; rho < rows_used; rho += kThreads)
+    *row_tau_ptr(a, sp, r, g, tok0, rho) = tok0 + rho / g < sp.n_q ? row_tau[rho] : NAN;
   phase_clock.mark(4);  // emit
   phase_clock.finish(false);
 }

@@ -88,6 +88,24 @@ __device__ __forceinline__ int routable_chunks(const RouteArgs& a, const Sequenc
   return i < sp.n_q ? static_cast<int>(diagonal_chunk(query_position(i, sp.n_q, sp.n_k), a.chunk)) : 0;
 }
 
+// Where the routing outputs of (sequence sp, KV head r) live, for every routing kernel: row ρ's τ of the block of
+// tokens from tok0 (query head r·g + ρ mod g, token tok0 + ρ / g; g = a.group), and token i's mask row (word 0;
+// words are a.mask.stride[3] apart), μ and active count (null when not asked for).
+__device__ __forceinline__ float* row_tau_ptr(const RouteArgs& a, const SequenceSpan& sp, int r, int g,
+                                              int64_t tok0, int rho) {
+  const int64_t i = tok0 + rho / g;
+  return a.tau.ptr<float>(sp.batch_index, int64_t(r) * g + rho % g, sp.q_begin + i);
+}
+__device__ __forceinline__ uint32_t* token_mask_row(const RouteArgs& a, const SequenceSpan& sp, int r, int64_t i) {
+  return a.mask.ptr<uint32_t>(sp.batch_index, r, sp.q_begin + i);
+}
+__device__ __forceinline__ float* token_mu_ptr(const RouteArgs& a, const SequenceSpan& sp, int r, int64_t i) {
+  return a.mu.ptr<float>(sp.batch_index, r, sp.q_begin + i);
+}
+__device__ __forceinline__ int32_t* token_active_ptr(const RouteArgs& a, const SequenceSpan& sp, int r, int64_t i) {
+  return a.active.defined() ? a.active.ptr<int32_t>(sp.batch_index, r, sp.q_begin + i) : nullptr;
+}
+
 // μ (the mean log w over the token's routed chunks, 0 when none or for a padding token) and the active count
 // (routed chunks plus the diagonal one, 0 for a padding token) of a token (`real`: not padding) into *mu and, if
 // not null, *active, from the partial sums of `parts` chunk ranges at part_log[k·stride], added in range order (the
@@ -107,9 +125,8 @@ __device__ __forceinline__ void store_token_mu_at(float* mu, int32_t* active, bo
 // store_token_mu_at for query i of the sequence (KV head r).
 __device__ __forceinline__ void store_token_mu(const RouteArgs& a, const SequenceSpan& sp, int r, int64_t i,
                                                const float* part_log, const int* part_routed, int parts, int stride) {
-  store_token_mu_at(a.mu.ptr<float>(sp.batch_index, r, sp.q_begin + i),
-                    a.active.defined() ? a.active.ptr<int32_t>(sp.batch_index, r, sp.q_begin + i) : nullptr,
-                    i < sp.n_q, part_log, part_routed, parts, stride);
+  store_token_mu_at(token_mu_ptr(a, sp, r, i), token_active_ptr(a, sp, r, i), i < sp.n_q, part_log, part_routed,
+                    parts, stride);
 }
 
 struct RowSums {
@@ -243,7 +260,7 @@ __device__ __forceinline__ void route_block(const RouteArgs& a, int64_t tok0, in
   const int tokens = static_cast<int>((owned_rows - tok0 < a.tokens_per_block ? owned_rows - tok0 : int64_t(a.tokens_per_block)));
   const int rows_used = tokens * g;
   if (a.only_flagged &&
-      __float_as_uint(*a.tau.ptr<float>(sp.batch_index, int64_t(r) * g, sp.q_begin + tok0)) != kHandOverTauBits) {
+      __float_as_uint(*row_tau_ptr(a, sp, r, g, tok0, 0)) != kHandOverTauBits) {
     return;
   }
 
@@ -561,10 +578,8 @@ __device__ __forceinline__ void route_block(const RouteArgs& a, int64_t tok0, in
     write_word(token, first_unwritten + v % (a.mask_words - first_unwritten), 0u);
   }
   // τ per query head, μ and active count per token.
-  for (int rho = tid; rho < rows_used; rho += kThreads) {
-    const int64_t i = tok0 + rho / g;
-    *a.tau.ptr<float>(sp.batch_index, int64_t(r) * g + rho % g, sp.q_begin + i) = i < sp.n_q ? row_tau[rho] : NAN;
-  }
+  for (int rho = tid; rho < rows_used; rho += kThreads)
+    *row_tau_ptr(a, sp, r, g, tok0, rho) = tok0 + rho / g < sp.n_q ? row_tau[rho] : NAN;
   for (int token = tid; token < tokens; token += kThreads) {
     store_token_mu(a, sp, r, tok0 + token, logsum + token * kTileChunks, routed + token * kTileChunks, kTileChunks, 1);
   }

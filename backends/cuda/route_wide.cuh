@@ -166,14 +166,11 @@ __global__ void __launch_bounds__(kWideThreads, 1)
   token_diagonals(a, sp, tokens, tok_diag, tid, kWideThreads);
   // The rows' τ, the tokens' mask rows, μ and active counts: addressed now, so that the stores at the end of each
   // phase need no parameter loads (each a round trip when the phase's code first runs).
-  if (tid < rows_used) {
-    const int64_t i = tid / g;
-    row_tau[tid] = a.tau.ptr<float>(sp.batch_index, int64_t(r) * g + tid % g, sp.q_begin + i);
-  }
+  if (tid < rows_used) row_tau[tid] = row_tau_ptr(a, sp, r, g, 0, tid);
   if (tid < tokens) {
-    tok_mask[tid] = a.mask.ptr<uint32_t>(sp.batch_index, r, sp.q_begin + tid);
-    tok_mu[tid] = a.mu.ptr<float>(sp.batch_index, r, sp.q_begin + tid);
-    tok_active[tid] = a.active.defined() ? a.active.ptr<int32_t>(sp.batch_index, r, sp.q_begin + tid) : nullptr;
+    tok_mask[tid] = token_mask_row(a, sp, r, tid);
+    tok_mu[tid] = token_mu_ptr(a, sp, r, tid);
+    tok_active[tid] = token_active_ptr(a, sp, r, tid);
   }
   cp_async_wait(0);
   __syncthreads();  // Q, the rows' limits, the tokens' diagonals and the addresses visible to every warp
