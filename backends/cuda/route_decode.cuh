@@ -30,16 +30,20 @@ static __device__ __noinline__ double serial_entmax_threshold(const float* x, in
 }
 
 // dashattn::entmax_threshold over x[0, n) evaluated by one warp, bit for bit. The row maximum (the first of
-// equal maxima, as the serial scan keeps), the support count and the bracket ends a = max{v ≤ t}, b = min{v > t}
-// are exact whatever the order, so the lanes split them. The sums S1 = Σ(x−t), S2 = Σ(x−t)² are rounded in order:
-// each block of 32 candidates has its support terms formed one per lane and packed in index order into `terms`
-// (the serial pass adds nothing for the others), then every lane adds them in that order, as the serial pass
-// does; only the two dependent additions stay serial, and only over the support (the double-precision chains
-// are what sixteen warps solving at once on one multiprocessor wait on). The closed-form step below is
+// equal maxima, as the serial scan keeps; `known_max` when the caller has it, which must then be the list's
+// largest value), the support count and the bracket ends a = max{v ≤ t}, b = min{v > t} are exact whatever the
+// order, so the lanes split them; the bracket ends are tracked on the float scores (v = x − m is exact in double
+// and increasing in x, so the same elements win) and turned into v at the end of the pass. The sums
+// S1 = Σ(x−t), S2 = Σ(x−t)² are rounded in order: each block of 32 candidates has its support terms formed one per
+// lane and packed in index order into `terms` (the serial pass adds nothing for the others), then every lane adds
+// them in that order, as the serial pass does, a pair of terms at a time up to the block's count (the +0 of an
+// odd count's last slot leaves the sums as they are); only the two dependent additions stay serial, and only over
+// the support. Sixteen warps solving at once on one multiprocessor share its double-precision units, so the pass
+// keeps its double-precision work to the terms, the sums and the closed form. The closed-form step below is
 // entmax.h's, written the same way. α other than 1.5 and 2, and the reference solver, run the serial solver on
 // lane 0.
 __device__ __forceinline__ double warp_entmax_threshold(const float* x, int n, double alpha, EntmaxSolver solver,
-                                                        int lane, double* terms) {
+                                                        int lane, double* terms, float known_max = NAN) {
   const unsigned full = 0xffffffffu;
   if (n <= 0) return 0.0;
   const bool is15 = alpha == 1.5, is2 = alpha == 2.0;
@@ -48,45 +52,53 @@ __device__ __forceinline__ double warp_entmax_threshold(const float* x, int n, d
     if (lane == 0) tau = serial_entmax_threshold(x, n, alpha, solver);
     return __shfl_sync(full, tau, 0);
   }
-  float best = 0.0f;
-  int best_i = -1;
-  for (int i = lane; i < n; i += 32) {
-    const float v = x[i];
-    if (best_i < 0 || v > best) {
-      best = v;
-      best_i = i;
+  float best = known_max;
+  if (!(known_max == known_max)) {
+    int best_i = -1;
+    for (int i = lane; i < n; i += 32) {
+      const float v = x[i];
+      if (best_i < 0 || v > best) {
+        best = v;
+        best_i = i;
+      }
     }
-  }
 #pragma unroll
-  for (int off = 16; off >= 1; off >>= 1) {
-    const float ov = __shfl_xor_sync(full, best, off);
-    const int oi = __shfl_xor_sync(full, best_i, off);
-    if (oi >= 0 && (best_i < 0 || ov > best || (ov == best && oi < best_i))) {
-      best = ov;
-      best_i = oi;
+    for (int off = 16; off >= 1; off >>= 1) {
+      const float ov = __shfl_xor_sync(full, best, off);
+      const int oi = __shfl_xor_sync(full, best_i, off);
+      if (oi >= 0 && (best_i < 0 || ov > best || (ov == best && oi < best_i))) {
+        best = ov;
+        best_i = oi;
+      }
     }
+    best = __shfl_sync(full, best, 0);
   }
-  const double m = static_cast<double>(__shfl_sync(full, best, 0));
+  const double m = static_cast<double>(best);
+  // The first block's values relative to the maximum, once for every pass.
+  const float x0 = lane < n ? x[lane] : 0.0f;
+  const double v0 = static_cast<double>(x0) - m;
 
   double lo = -1.0, hi = 0.0;
   double t = lo;
+  double2* const terms2 = reinterpret_cast<double2*>(terms);
   for (int it = 0; it < 200; ++it) {
     int k = 0;
-    double below = -INFINITY, above = INFINITY;
+    float below_x = -INFINITY, above_x = INFINITY;
     double s1 = 0, s2 = 0;
     for (int base = 0; base < n; base += 32) {
       const int i = base + lane;
       double term = 0.0;
       bool in_support = false;
       if (i < n) {
-        const double v = static_cast<double>(x[i]) - m;
+        const float xv = base == 0 ? x0 : x[i];
+        const double v = base == 0 ? v0 : static_cast<double>(xv) - m;
         const double y = v - t;
         if (y > 0) {
           in_support = true;
-          if (v < above) above = v;
+          above_x = fminf(above_x, xv);
           term = y;
-        } else if (v > below) {
-          below = v;
+        } else {
+          below_x = fmaxf(below_x, xv);
         }
       }
       // Only the block's support terms, packed in index order, enter the sums: the serial pass adds nothing for
@@ -98,30 +110,49 @@ __device__ __forceinline__ double warp_entmax_threshold(const float* x, int n, d
       if (in_support) terms[__popc(sup & ((1u << lane) - 1u))] = term;
       if (lane >= cnt) terms[lane] = 0.0;
       __syncwarp();
-      const int groups = (cnt + 7) / 8;
+      // Whole groups of eight with their loads together, then the last group's pairs up to the count.
+      int j = 0;
+      for (; j + 8 <= cnt; j += 8) {
+        double yv[8];
 #pragma unroll
-      for (int gi = 0; gi < 4; ++gi) {
-        if (gi < groups) {
-          double yv[8];
+        for (int q = 0; q < 4; ++q) {
+          const double2 pair = terms2[j / 2 + q];
+          yv[2 * q] = pair.x;
+          yv[2 * q + 1] = pair.y;
+        }
 #pragma unroll
-          for (int j = 0; j < 8; j += 2) {
-            const double2 pair = *reinterpret_cast<const double2*>(terms + gi * 8 + j);
-            yv[j] = pair.x;
-            yv[j + 1] = pair.y;
-          }
+        for (int q = 0; q < 8; ++q) {
+          s1 += yv[q];
+          s2 += yv[q] * yv[q];
+        }
+      }
+      if (j < cnt) {
+        double2 pr[4];
 #pragma unroll
-          for (int j = 0; j < 8; ++j) {
-            s1 += yv[j];
-            s2 += yv[j] * yv[j];
+        for (int q = 0; q < 4; ++q) pr[q] = terms2[j / 2 + q];
+        const int left = cnt - j;
+        auto add_pair = [&](const double2& p) {
+          s1 += p.x;
+          s2 += p.x * p.x;
+          s1 += p.y;
+          s2 += p.y * p.y;
+        };
+        add_pair(pr[0]);
+        if (left > 2) {
+          add_pair(pr[1]);
+          if (left > 4) {
+            add_pair(pr[2]);
+            if (left > 6) add_pair(pr[3]);
           }
         }
       }
     }
 #pragma unroll
     for (int off = 16; off >= 1; off >>= 1) {
-      below = fmax(below, __shfl_xor_sync(full, below, off));
-      above = fmin(above, __shfl_xor_sync(full, above, off));
+      below_x = fmaxf(below_x, __shfl_xor_sync(full, below_x, off));
+      above_x = fminf(above_x, __shfl_xor_sync(full, above_x, off));
     }
+    const double below = static_cast<double>(below_x) - m, above = static_cast<double>(above_x) - m;
     // From here on entmax_threshold's own step (every lane holds the same values).
     const detail::PassSums ps{k, s1, s2, 0.0, 0.0, below, above};  // Σy^p terms: general α only
     double root;

@@ -223,7 +223,7 @@ __global__ void __launch_bounds__(kWideThreads, 1)
     if (tid == 0) phase_mark(PhaseKernel::kRouteCluster, 3);
     float tau = NAN;
     if (row_limit[rho] > 0) {
-      tau = static_cast<float>(warp_entmax_threshold(list, n, a.alpha, a.solver, lane, solve_terms[warp]));
+      tau = static_cast<float>(warp_entmax_threshold(list, n, a.alpha, a.solver, lane, solve_terms[warp], m));
     }
     if (lane == 0) *row_tau[rho] = rho / g < sp.n_q ? tau : NAN;
     // The row is this warp's alone (lane-strided, as compact_candidates read it): its scores become head weights.
