@@ -113,6 +113,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   const int lane = tid % 32;
   const int split = blockIdx.z;
   const int g = a.group;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // The producer's lane 0 issues every tensor copy, after the row block's union and plan: its descriptors are
+  // fetched meanwhile.
+  if (tid == Cfg::kWarps * 32 && a.use_tma) {
+    mma::prefetch_tensormap(&tmap_k);
+    mma::prefetch_tensormap(&tmap_v);
+  }
+#endif
 
   // The row block being worked on (attend_item.cuh): one per CTA (m_block from blockIdx.x, longest first, as
   // causal work grows with the row index), or with the persistent kernel each of the CTA's items in turn.

@@ -84,6 +84,11 @@ __device__ __forceinline__ void fence_barrier_init() {
 __device__ __forceinline__ void mbar_expect_tx(uint32_t addr, uint32_t bytes) {
   asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(addr), "r"(bytes) : "memory");
 }
+// sm_90: fetches a tensor map (a __grid_constant__ kernel parameter) into the descriptor cache, so that the first
+// tensor copy through it does not also wait for the descriptor's own load.
+__device__ __forceinline__ void prefetch_tensormap(const void* tensor_map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(tensor_map)) : "memory");
+}
 // sm_90 tensor copy of one box of a 4-d tensor map (coordinates innermost first) into shared memory, completing
 // as transactions on the barrier.
 __device__ __forceinline__ void tma_load_4d(uint32_t smem_dst, const void* tensor_map, uint32_t mbar, int c0, int c1,

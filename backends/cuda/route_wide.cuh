@@ -123,6 +123,7 @@ __global__ void __launch_bounds__(kWideThreads, 1)
   const int sstride = S::score_stride(wa.per_cap);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int grp = lane >> 2;
+  if (tid == 0) mma::prefetch_tensormap(&tmap);  // thread 0 issues the copies, after the pair's setup below
   const DecodePair pair = decode_pair(a, wa.tokens_alloc, wa.rows_alloc, wa.per_cap, tid);
   if (!pair.any) return;
   const SequenceSpan sp = pair.sp;
