@@ -219,9 +219,12 @@ __device__ __forceinline__ float head_chunk_weight(float x, float th, float tau,
   return x > th ? general_entmax_weight(x, tau, alpha) : 0.0f;
 }
 
-// Whether a group weight w (the heads' weights summed in head order) routes its chunk, and its log (NaN if not).
+// Whether a group weight w (the heads' weights summed in head order, so w ≥ +0) routes its chunk, and its log (NaN
+// if not). The division runs only where w > 0: a zero numerator fails the fast division's range check, and most
+// chunks of a row weigh nothing, so every mask word took the division's slow path (0 / g is +0 either way).
 __device__ __forceinline__ bool group_log_weight(float w, int g, float* lg) {
-  const float wc = w / static_cast<float>(g);
+  float wc = 0.0f;
+  if (w > 0.0f) wc = w / static_cast<float>(g);
   const bool on = wc > 0.0f;
   *lg = on ? logf(wc) : NAN;
   return on;
