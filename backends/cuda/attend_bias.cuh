@@ -144,7 +144,7 @@ __device__ void fill_stage_bias(const AttendArgs& a, const SequenceSpan& sp, int
       if (it.routed) {
         float sum = 0.0f;
         for (int h = 0; h < g; ++h) sum += scratch[i * g + h];
-        float w = sum / float(g);
+        float w = group_mean(sum, g);
         // The mask bit is ground truth: a weight that recomputes to zero still gets a finite bias.
         if (!(w > 0.0f)) w = kMinRoutedWeight;
         const float mu = static_cast<const float*>(a.mu.data)[row_output_offset(a.mu, sp, kv_head, it.token)];

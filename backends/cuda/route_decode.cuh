@@ -16,17 +16,10 @@ namespace dashattn {
 namespace cuda {
 namespace route_detail {
 
-// Candidates of one row laid out contiguously (the gather buffer).
-struct PlainList {
-  const float* vals;
-  __device__ float operator()(int i) const { return vals[i]; }
-};
-
-
 // The serial solver (other α, the reference solver), kept out of line: its pow calls would otherwise make the
 // whole kernel save registers around them.
 static __device__ __noinline__ double serial_entmax_threshold(const float* x, int n, double alpha, EntmaxSolver solver) {
-  return entmax_threshold(PlainList{x}, n, alpha, solver).tau;
+  return entmax_threshold(ArrayValues{x}, n, alpha, solver).tau;
 }
 
 // dashattn::entmax_threshold over x[0, n) evaluated by one warp, bit for bit. The row maximum (the first of
@@ -81,7 +74,7 @@ __device__ __forceinline__ double warp_entmax_threshold(const float* x, int n, d
   double lo = -1.0, hi = 0.0;
   double t = lo;
   double2* const terms2 = reinterpret_cast<double2*>(terms);
-  for (int it = 0; it < 200; ++it) {
+  for (int it = 0; it < kMaxCertifiedPasses; ++it) {
     int k = 0;
     float below_x = -INFINITY, above_x = INFINITY;
     double s1 = 0, s2 = 0;
@@ -220,11 +213,9 @@ __device__ __forceinline__ float head_chunk_weight(float x, float th, float tau,
 }
 
 // Whether a group weight w (the heads' weights summed in head order, so w ≥ +0) routes its chunk, and its log (NaN
-// if not). The division runs only where w > 0: a zero numerator fails the fast division's range check, and most
-// chunks of a row weigh nothing, so every mask word took the division's slow path (0 / g is +0 either way).
+// if not). group_mean divides only where w > 0 (otherwise every mask word took the division's slow path).
 __device__ __forceinline__ bool group_log_weight(float w, int g, float* lg) {
-  float wc = 0.0f;
-  if (w > 0.0f) wc = w / static_cast<float>(g);
+  const float wc = group_mean(w, g);
   const bool on = wc > 0.0f;
   *lg = on ? logf(wc) : NAN;
   return on;

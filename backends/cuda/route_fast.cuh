@@ -724,7 +724,7 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
       for (int row = lane; row < union_size; row += 32) {
         float sum = 0.0f;
         for (int h = 0; h < g; ++h) sum += table[row * head_stride + h];
-        const float w = sum / static_cast<float>(g);
+        const float w = group_mean(sum, g);
         if (w > 0.0f) {
           log_sum += logf(w);
           ++routed;
@@ -759,7 +759,7 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
           const float sum = wacc[c];
           if (sum >= 0.0f) {
             wacc[c] = -1.0f;
-            const float w = sum / static_cast<float>(g);
+            const float w = group_mean(sum, g);
             if (w > 0.0f) {
               log_sum += logf(w);
               ++routed;
@@ -779,8 +779,7 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
       routed += __shfl_xor_sync(0xffffffffu, routed, off);
     }
     if (lane == 0) {
-      *token_mu_ptr(a, sp, r, i) = (real && routed > 0) ? log_sum / static_cast<float>(routed) : 0.0f;
-      if (int32_t* active = token_active_ptr(a, sp, r, i)) *active = real ? routed + 1 : 0;
+      store_token_mu_value(token_mu_ptr(a, sp, r, i), token_active_ptr(a, sp, r, i), real, log_sum, routed);
     }
   }
   for (int rho = tid; rho < rows_used; rho += kThreads)

@@ -108,7 +108,14 @@ __device__ __forceinline__ int32_t* token_active_ptr(const RouteArgs& a, const S
 
 // μ (the mean log w over the token's routed chunks, 0 when none or for a padding token) and the active count
 // (routed chunks plus the diagonal one, 0 for a padding token) of a token (`real`: not padding) into *mu and, if
-// not null, *active, from the partial sums of `parts` chunk ranges at part_log[k·stride], added in range order (the
+// not null, *active, from the token's Σ log w and routed count.
+__device__ __forceinline__ void store_token_mu_value(float* mu, int32_t* active, bool real, float log_sum,
+                                                     int routed) {
+  *mu = (real && routed > 0) ? log_sum / static_cast<float>(routed) : 0.0f;
+  if (active != nullptr) *active = real ? routed + 1 : 0;
+}
+
+// store_token_mu_value from the partial sums of `parts` chunk ranges at part_log[k·stride], added in range order (the
 // order fixes the bits of μ).
 __device__ __forceinline__ void store_token_mu_at(float* mu, int32_t* active, bool real, const float* part_log,
                                                   const int* part_routed, int parts, int stride) {
@@ -118,8 +125,7 @@ __device__ __forceinline__ void store_token_mu_at(float* mu, int32_t* active, bo
     log_sum += part_log[k * stride];
     routed += part_routed[k * stride];
   }
-  *mu = (real && routed > 0) ? log_sum / static_cast<float>(routed) : 0.0f;
-  if (active != nullptr) *active = real ? routed + 1 : 0;
+  store_token_mu_value(mu, active, real, log_sum, routed);
 }
 
 // store_token_mu_at for query i of the sequence (KV head r).
@@ -556,7 +562,7 @@ __device__ __forceinline__ void route_block(const RouteArgs& a, int64_t tok0, in
       const float* wcol = wtile + token * g * kTileChunks + col;
       float sum = 0.0f;
       for (int hh = 0; hh < g; ++hh) sum += wcol[hh * kTileChunks];  // head order, as group_weight
-      const float w = sum / static_cast<float>(g);
+      const float w = group_mean(sum, g);
       if (w > 0.0f) {
         logsum[pr] += logf(w);
         routed[pr] += 1;

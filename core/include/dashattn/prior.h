@@ -32,13 +32,22 @@ DASHATTN_HD float prior_bias(PriorMode mode, float log_w, float mu, float inv_si
   }
 }
 
+// The group mean sum / g of a sum of non-negative head weights, dividing only when the sum is positive (0 / g is
+// +0 either way): on the GPU a zero numerator fails the fast division's range check and takes its slow path, and
+// most chunks of a row weigh nothing (perf-log.md, twenty-second pass).
+DASHATTN_HD float group_mean(float sum, int g) {
+  float w = 0.0f;
+  if (sum > 0.0f) w = sum / static_cast<float>(g);
+  return w;
+}
+
 // Group weight w_c = (1/g) Σ_h ŵ^h_c of one chunk, from the g heads' scaled scores x_h = (α−1)·z̄^h_c and
 // thresholds τ_h. Summed in head order in float: every backend must use this function so weights agree bitwise.
 template <typename HeadX, typename HeadTau>
 DASHATTN_HD float group_weight(const HeadX& x, const HeadTau& tau, int g, float alpha) {
   float sum = 0.0f;
   for (int h = 0; h < g; ++h) sum += entmax_weight(x(h), tau(h), alpha);
-  return sum / static_cast<float>(g);
+  return group_mean(sum, g);
 }
 
 }  // namespace dashattn
