@@ -22,6 +22,7 @@ while [ $# -gt 0 ]; do
 done
 JOBS=$(nproc)
 summary=()
+failed=0  # the exit status: 1 when a build target, a test or a sanitizer check failed
 note() { summary+=("$1"); echo "== $1"; }
 
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; nvcc --version | tail -1;
@@ -47,6 +48,7 @@ fi
 if ninja -C "$BUILD" -k 0 -j"$JOBS" >>"$OUT/build.log" 2>&1; then
   note "build: ok ($(( $(date +%s) - t0 )) s)"
 else
+  failed=1
   note "build: some targets FAILED ($(( $(date +%s) - t0 )) s): $(grep -c '^FAILED' "$OUT/build.log") failures"
   grep -A4 '^FAILED' "$OUT/build.log" | grep -E 'FAILED|error' | head -12
 fi
@@ -61,6 +63,7 @@ for t in "$BUILD"/tests/cuda/test_cuda_*; do
   for tool in memcheck racecheck initcheck synccheck; do
     timeout 60 compute-sanitizer --tool $tool --error-exitcode 3 "$t" -tc='cuda small grid*' >>"$OUT/sanitizer.log" 2>&1
     rc=$?
+    [ $rc -eq 0 ] || failed=1
     note "sanitizer $tool $(basename "$t"): $([ $rc -eq 0 ] && echo clean || echo "rc=$rc")"
   done
 done
@@ -73,11 +76,12 @@ if [ -x "$att" ]; then
     ATTEND_CASES="wgmma g16|wgmma chunk masks est lengths|wgmma varlen|wgmma chunk masks raw|split 3|table rounds|prior raw g16 7 warps|wgmma padded warpgroups|wgmma 3 stages|wgmma one tile per union" \
       timeout 200 compute-sanitizer --tool $tool --error-exitcode 3 "$att" >>"$OUT/sanitizer.log" 2>&1
     rc=$?
+    [ $rc -eq 0 ] || failed=1
     note "sanitizer $tool test_cuda_attend_kernels (wgmma + split cases): $([ $rc -eq 0 ] && echo clean || echo "rc=$rc")"
   done
 fi
 
-wait $ctest_pid
+wait $ctest_pid || failed=1
 note "ctest: $(grep -E 'tests passed|tests failed' "$OUT/ctest.log" | tail -1)"
 grep -E "\*\*\*|Failed  " "$OUT/ctest.log" | head -20
 
@@ -85,11 +89,14 @@ if [ $BENCH = 1 ]; then
   if [ -x "$BUILD/bench/gpu/dashattn_gpu_bench" ]; then
     python3 bench/gpu/run_gpu_bench.py --bench "$BUILD/bench/gpu/dashattn_gpu_bench" --sizes "$SIZES" \
       --out "$OUT" --timeout 170 >"$OUT/bench.log" 2>&1
-    note "bench: rc=$?"
+    rc=$?
+    [ $rc -eq 0 ] || failed=1
+    note "bench: rc=$rc"
   else
     note "bench: binary missing"
   fi
 fi
 echo
 printf '%s\n' "${summary[@]}"
-[ -f "$OUT/table.md" ] && cat "$OUT/table.md"
+if [ -f "$OUT/table.md" ]; then cat "$OUT/table.md"; fi
+exit $failed
