@@ -68,6 +68,12 @@ DASHATTN_HD PassSums pass(const Values& x, int n, double m, double t, double p, 
   return s;
 }
 
+// num / den for den > 0, a zero numerator returned as it is (±0 / den is ±0: the same bits) without dividing. On the
+// GPU a zero numerator fails the double division's fast-path range check and takes its slow path, and a support of
+// one element at the bracket's end (S2 = 1 or S1 = 1 exactly) gives one in many prefill rows (perf-log.md,
+// twenty-third pass).
+DASHATTN_HD double divide_unless_zero(double num, double den) { return num != 0.0 ? num / den : num; }
+
 // One iteration of the exact solve for α = 1.5 or 2, given the pass sums at trial t (relative to the row maximum):
 // the closed-form root of the weight sum restricted to the current support, in δ = τ − t. Returns true with
 // *root = t + δ when that root lies on the support's own interval; otherwise narrows [lo, hi), moves t, and sets
@@ -77,7 +83,7 @@ DASHATTN_HD bool piece_root_step(const PassSums& s, bool is2, double& t, double&
   double delta;
   bool ok = true;
   if (is2) {
-    delta = (s.s1 - 1.0) / s.k;
+    delta = divide_unless_zero(s.s1 - 1.0, s.k);  // k > 0: the support holds the maximum
   } else {
     const double disc = s.s1 * s.s1 - s.k * (s.s2 - 1.0);
     if (disc < 0) {
@@ -86,7 +92,7 @@ DASHATTN_HD bool piece_root_step(const PassSums& s, bool is2, double& t, double&
     } else {
       const double r = sqrt(disc);
       // Smaller root of k·δ² − 2·S1·δ + (S2 − 1) = 0; the conjugate form avoids cancellation near S2 = 1.
-      delta = (s.s1 > 0) ? (s.s2 - 1.0) / (s.s1 + r) : (s.s1 - r) / s.k;
+      delta = (s.s1 > 0) ? divide_unless_zero(s.s2 - 1.0, s.s1 + r) : (s.s1 - r) / s.k;
     }
   }
   const double tq = t + delta;
