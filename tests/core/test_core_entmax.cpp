@@ -125,6 +125,11 @@ TEST_CASE("entmax solver: heavy ties and degenerate inputs") {
     const Outcome o = compare_solver(x, alpha);
     CHECK(o.hard_flips == 0);
     CHECK(dashattn::entmax_threshold(x.data(), 1000, alpha).support == 1);
+    if (alpha == 1.5 || alpha == 2.0) {
+      // The closed form's numerator (S2 − 1 or S1 − 1) is exactly zero for a lone winner at the bracket's end, which
+      // the solve returns without dividing: τ is x − 1 to the bit.
+      CHECK(dashattn::entmax_threshold(x.data(), 1000, alpha).tau == 4.0);
+    }
     // Two tied winners far above the rest.
     x[18] = 5.0f;
     CHECK(dashattn::entmax_threshold(x.data(), 1000, alpha).support == 2);
