@@ -213,7 +213,7 @@ __device__ __forceinline__ float head_chunk_weight(float x, float th, float tau,
 }
 
 // Whether a group weight w (the heads' weights summed in head order, so w ≥ +0) routes its chunk, and its log (NaN
-// if not). group_mean divides only where w > 0 (otherwise every mask word took the division's slow path).
+// if not). group_mean divides only where w ≠ 0 (otherwise every mask word took the division's slow path).
 __device__ __forceinline__ bool group_log_weight(float w, int g, float* lg) {
   const float wc = group_mean(w, g);
   const bool on = wc > 0.0f;
@@ -272,40 +272,22 @@ __device__ __forceinline__ void token_diagonals(const RouteArgs& a, const Sequen
     tok_diag[t] = t < sp.n_q ? diagonal_chunk(query_position(t, sp.n_q, sp.n_k), a.chunk) : -1;
 }
 
-// Stores mask word `word` of a token whose mask row starts at `row` (word stride `stride`; lane 0 of the warp that
-// computed `bits`): zero for a padding token (diag < 0), else the routed bits plus the token's diagonal bit when it
-// falls in this word.
-__device__ __forceinline__ void store_mask_word_at(uint32_t* row, int64_t stride, int64_t mask_words, int64_t word,
-                                                   uint32_t bits, int64_t diag) {
+// Stores mask word `word` of a token whose mask row starts at `row` (lane 0 of the warp that computed `bits`): zero
+// for a padding token (diag < 0), else the routed bits plus the token's diagonal bit when it falls in this word.
+__device__ __forceinline__ void store_mask_word_at(uint32_t* row, int64_t mask_words, int64_t word, uint32_t bits,
+                                                   int64_t diag) {
   if (diag < 0) {
     bits = 0u;
   } else if ((diag >> 5) == word) {
     bits |= 1u << (diag & 31);
   }
-  if (word < mask_words) row[word * stride] = bits;
+  if (word < mask_words) row[word] = bits;
 }
 
 // store_mask_word_at for token t of the pair (sequence sp, KV head r).
 __device__ __forceinline__ void store_decode_mask_word(const RouteArgs& a, const SequenceSpan& sp, int r, int t,
                                                       int64_t word, uint32_t bits, int64_t diag) {
-  store_mask_word_at(token_mask_row(a, sp, r, t), a.mask.stride[3], a.mask_words, word, bits, diag);
-}
-
-// One lane's share of Σ log w and the routed count: a routed chunk's log (not NaN) is added, in the caller's order.
-__device__ __forceinline__ void add_log_weight(float lg, float* log_sum, int* routed) {
-  if (lg == lg) {
-    *log_sum += lg;
-    ++*routed;
-  }
-}
-
-// The lanes' shares of Σ log w and of the count added by a butterfly: every lane holds the result.
-__device__ __forceinline__ void warp_log_sum(float* log_sum, int* routed) {
-#pragma unroll
-  for (int off = 16; off >= 1; off >>= 1) {
-    *log_sum += __shfl_xor_sync(0xffffffffu, *log_sum, off);
-    *routed += __shfl_xor_sync(0xffffffffu, *routed, off);
-  }
+  store_mask_word_at(token_mask_row(a, sp, r, t), a.mask_words, word, bits, diag);
 }
 
 // Σ log w over a token's routed chunks and their count, over logs[0, n) (NaN: not routed), lane-strided then by a

@@ -773,11 +773,7 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
     }
     __syncwarp();  // the scratch is reused by this warp's next token
     for (int64_t word = scored / 32 + lane; word < a.mask_words; word += 32) write_word(word, 0u);
-#pragma unroll
-    for (int off = 16; off >= 1; off >>= 1) {
-      log_sum += __shfl_xor_sync(0xffffffffu, log_sum, off);
-      routed += __shfl_xor_sync(0xffffffffu, routed, off);
-    }
+    warp_log_sum(&log_sum, &routed);
     if (lane == 0) {
       store_token_mu_value(token_mu_ptr(a, sp, r, i), token_active_ptr(a, sp, r, i), real, log_sum, routed);
     }

@@ -90,7 +90,7 @@ __device__ __forceinline__ int routable_chunks(const RouteArgs& a, const Sequenc
 
 // Where the routing outputs of (sequence sp, KV head r) live, for every routing kernel: row ρ's τ of the block of
 // tokens from tok0 (query head r·g + ρ mod g, token tok0 + ρ / g; g = a.group), and token i's mask row (word 0;
-// words are a.mask.stride[3] apart), μ and active count (null when not asked for).
+// words contiguous: launch_route takes no other mask), μ and active count (null when not asked for).
 __device__ __forceinline__ float* row_tau_ptr(const RouteArgs& a, const SequenceSpan& sp, int r, int g,
                                               int64_t tok0, int rho) {
   const int64_t i = tok0 + rho / g;
@@ -104,6 +104,23 @@ __device__ __forceinline__ float* token_mu_ptr(const RouteArgs& a, const Sequenc
 }
 __device__ __forceinline__ int32_t* token_active_ptr(const RouteArgs& a, const SequenceSpan& sp, int r, int64_t i) {
   return a.active.defined() ? a.active.ptr<int32_t>(sp.batch_index, r, sp.q_begin + i) : nullptr;
+}
+
+// One lane's share of Σ log w and the routed count: a routed chunk's log (not NaN) is added, in the caller's order.
+__device__ __forceinline__ void add_log_weight(float lg, float* log_sum, int* routed) {
+  if (lg == lg) {
+    *log_sum += lg;
+    ++*routed;
+  }
+}
+
+// The lanes' shares of Σ log w and of the count added by a butterfly: every lane holds the result.
+__device__ __forceinline__ void warp_log_sum(float* log_sum, int* routed) {
+#pragma unroll
+  for (int off = 16; off >= 1; off >>= 1) {
+    *log_sum += __shfl_xor_sync(0xffffffffu, *log_sum, off);
+    *routed += __shfl_xor_sync(0xffffffffu, *routed, off);
+  }
 }
 
 // μ (the mean log w over the token's routed chunks, 0 when none or for a padding token) and the active count

@@ -253,7 +253,7 @@ __global__ void __launch_bounds__(kWideThreads, 1)
       const bool on = e < cmax && group_weight_of_rows(scores, sstride, t, g, e, &lg);
       add_log_weight(lg, &log_sum, &routed);
       const uint32_t bits = __ballot_sync(0xffffffffu, on);
-      if (lane == 0) store_mask_word_at(tok_mask[t], a.mask.stride[3], a.mask_words, word, bits, tok_diag[t]);
+      if (lane == 0) store_mask_word_at(tok_mask[t], a.mask_words, word, bits, tok_diag[t]);
     }
     warp_log_sum(&log_sum, &routed);
     if (lane == 0) {
@@ -263,7 +263,7 @@ __global__ void __launch_bounds__(kWideThreads, 1)
   }
   for (int t = warp; t < tokens; t += kWideWarps)
     for (int64_t word = words_here + lane; word < a.mask_words; word += 32)
-      store_mask_word_at(tok_mask[t], a.mask.stride[3], a.mask_words, word, 0u, tok_diag[t]);
+      store_mask_word_at(tok_mask[t], a.mask_words, word, 0u, tok_diag[t]);
   __syncthreads();
   if (tid == 0) phase_mark(PhaseKernel::kRouteCluster, 5);
   if (tid < tokens)

@@ -34,6 +34,16 @@ struct EntmaxThreshold {
   int iterations = 0; // passes over the values (diagnostics)
 };
 
+// num / den for den > 0, a zero numerator returned as it is (±0 / den is ±0: the same bits) without dividing. On the
+// GPU a zero numerator fails the division's fast-path range check and takes its slow path, and the callers meet
+// zeros often: most chunks of a row weigh nothing (group_mean), and a support of one element at the bracket's end
+// makes the exact solve's numerator S2 − 1 or S1 − 1 exactly 0 in many prefill rows (perf-log.md, twenty-second
+// and twenty-third passes).
+template <typename T>
+DASHATTN_HD T divide_unless_zero(T num, T den) {
+  return num != T(0) ? num / den : num;
+}
+
 namespace detail {
 
 struct PassSums {
@@ -68,12 +78,6 @@ DASHATTN_HD PassSums pass(const Values& x, int n, double m, double t, double p, 
   return s;
 }
 
-// num / den for den > 0, a zero numerator returned as it is (±0 / den is ±0: the same bits) without dividing. On the
-// GPU a zero numerator fails the double division's fast-path range check and takes its slow path, and a support of
-// one element at the bracket's end (S2 = 1 or S1 = 1 exactly) gives one in many prefill rows (perf-log.md,
-// twenty-third pass).
-DASHATTN_HD double divide_unless_zero(double num, double den) { return num != 0.0 ? num / den : num; }
-
 // One iteration of the exact solve for α = 1.5 or 2, given the pass sums at trial t (relative to the row maximum):
 // the closed-form root of the weight sum restricted to the current support, in δ = τ − t. Returns true with
 // *root = t + δ when that root lies on the support's own interval; otherwise narrows [lo, hi), moves t, and sets
@@ -83,7 +87,7 @@ DASHATTN_HD bool piece_root_step(const PassSums& s, bool is2, double& t, double&
   double delta;
   bool ok = true;
   if (is2) {
-    delta = divide_unless_zero(s.s1 - 1.0, s.k);  // k > 0: the support holds the maximum
+    delta = divide_unless_zero(s.s1 - 1.0, static_cast<double>(s.k));  // k > 0: the support holds the maximum
   } else {
     const double disc = s.s1 * s.s1 - s.k * (s.s2 - 1.0);
     if (disc < 0) {

@@ -32,14 +32,9 @@ DASHATTN_HD float prior_bias(PriorMode mode, float log_w, float mu, float inv_si
   }
 }
 
-// The group mean sum / g of a sum of non-negative head weights, dividing only when the sum is positive (0 / g is
-// +0 either way): on the GPU a zero numerator fails the fast division's range check and takes its slow path, and
-// most chunks of a row weigh nothing (perf-log.md, twenty-second pass).
-DASHATTN_HD float group_mean(float sum, int g) {
-  float w = 0.0f;
-  if (sum > 0.0f) w = sum / static_cast<float>(g);
-  return w;
-}
+// The group mean sum / g of a sum of non-negative head weights, without a division where the sum is 0 (most chunks
+// of a row weigh nothing; see divide_unless_zero).
+DASHATTN_HD float group_mean(float sum, int g) { return divide_unless_zero(sum, static_cast<float>(g)); }
 
 // Group weight w_c = (1/g) Σ_h ŵ^h_c of one chunk, from the g heads' scaled scores x_h = (α−1)·z̄^h_c and
 // thresholds τ_h. Summed in head order in float: every backend must use this function so weights agree bitwise.
