@@ -644,21 +644,48 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
     const int head_end = warp_inclusive_sum(head_count, lane);
     const int head_begin = head_end - head_count;  // lanes past g: the total, above every entry index
     const int entries = __shfl_sync(0xffffffffu, head_end, 31);
+    // Entry f of the spread layout: its head (the last one whose entries start at or before f), chunk, score and
+    // the head's τ. All lanes call it (shuffles); a lane with f ≥ entries reads nothing.
+    auto spread_entry = [&](int f, int* h_out, int* c_out, float* x_out, float* tau_out) {
+      int h = 0;
+#pragma unroll
+      for (int step = 16; step >= 1; step >>= 1) {
+        if (__shfl_sync(0xffffffffu, head_begin, h + step) <= f) h += step;
+      }
+      const int e = f - __shfl_sync(0xffffffffu, head_begin, h);
+      *tau_out = __shfl_sync(0xffffffffu, head_tau, h);
+      *h_out = h;
+      if (f < entries) {
+        const int col = t * g + h;
+        *c_out = int(list_id[col * lstride + e]);
+        *x_out = list_val[col * lstride + e];
+      }
+    };
+    // A token of at most 64 entries (most: ~42 on the benchmark problem at 64K) keeps them in registers, two per
+    // lane, with their weights, for both walks below; longer ones look them up again on the second walk.
+    constexpr int kKeptRounds = 2;
+    const bool kept = spread && entries <= 32 * kKeptRounds;
+    int kept_h[kKeptRounds], kept_c[kKeptRounds];
+    float kept_w[kKeptRounds];
+    bool kept_on[kKeptRounds], kept_own[kKeptRounds] = {};
+    if (kept) {
+#pragma unroll
+      for (int j = 0; j < kKeptRounds; ++j) {
+        float x = 0.0f, tau = 0.0f;
+        kept_h[j] = kept_c[j] = 0;
+        if (32 * j < entries) spread_entry(32 * j + lane, &kept_h[j], &kept_c[j], &x, &tau);  // warp-uniform
+        kept_on[j] = 32 * j + lane < entries && x > tau;
+        kept_w[j] = kept_on[j] ? entmax_weight(x, tau, alpha_f) : 0.0f;
+      }
+    }
     auto for_each_token_entry = [&](auto&& fn) {
       if (spread) {
         for (int f0 = 0; f0 < entries; f0 += 32) {
           const int f = f0 + lane;
-          int h = 0;  // the last head whose entries start at or before f
-#pragma unroll
-          for (int step = 16; step >= 1; step >>= 1) {
-            if (__shfl_sync(0xffffffffu, head_begin, h + step) <= f) h += step;
-          }
-          const int e = f - __shfl_sync(0xffffffffu, head_begin, h);
-          const float tau = __shfl_sync(0xffffffffu, head_tau, h);
-          if (f < entries) {
-            const int col = t * g + h;
-            fn(h, int(list_id[col * lstride + e]), list_val[col * lstride + e], tau);
-          }
+          int h = 0, c = 0;
+          float x = 0.0f, tau = 0.0f;
+          spread_entry(f, &h, &c, &x, &tau);
+          if (f < entries) fn(h, c, x, tau);
         }
       } else {
         for (int h = 0; h < g; ++h) {
@@ -682,9 +709,19 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
     if (table_form) {
       for (int k = lane; k < words_scored; k += 32) ubits[k] = 0u;
       __syncwarp();
-      for_each_token_entry([&](int, int c, float x, float tau) {
-        if (x > tau) atomicOr(&ubits[c >> 5], 1u << (c & 31));
-      });
+      if (kept) {
+        // The entry whose OR set its chunk's bit first owns the chunk (exactly one per union chunk): it writes the
+        // chunk's table row below, so that no two lanes store to one address.
+#pragma unroll
+        for (int j = 0; j < kKeptRounds; ++j) {
+          const uint32_t bit = 1u << (kept_c[j] & 31);
+          kept_own[j] = kept_on[j] && (atomicOr(&ubits[kept_c[j] >> 5], bit) & bit) == 0u;
+        }
+      } else {
+        for_each_token_entry([&](int, int c, float x, float tau) {
+          if (x > tau) atomicOr(&ubits[c >> 5], 1u << (c & 31));
+        });
+      }
       __syncwarp();
       // Exclusive prefix of the words' popcounts: a chunk's table row.
       int running = 0;
@@ -703,6 +740,7 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
       for (int k = lane; k < union_size * head_stride; k += 32) table[k] = 0.0f;
       for (int k = lane; k < words_scored; k += 32) {
         rbits[k] = 0u;
+        if (kept) continue;  // the owning entries write the rows' chunks below
         // Each set bit's table row gets its chunk (a store per bit; the sums below take the rows a lane at a time).
         uint32_t left = ubits[k];
         int row = ubase[k];
@@ -712,12 +750,20 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
         }
       }
       __syncwarp();
-      for_each_token_entry([&](int h, int c, float x, float tau) {
-        if (x > tau) {
-          const int row = ubase[c >> 5] + __popc(ubits[c >> 5] & ((1u << (c & 31)) - 1u));
-          table[row * head_stride + h] = entmax_weight(x, tau, alpha_f);
+      auto row_of = [&](int c) { return ubase[c >> 5] + __popc(ubits[c >> 5] & ((1u << (c & 31)) - 1u)); };
+      if (kept) {
+#pragma unroll
+        for (int j = 0; j < kKeptRounds; ++j) {
+          if (!kept_on[j]) continue;
+          const int row = row_of(kept_c[j]);
+          table[row * head_stride + kept_h[j]] = kept_w[j];
+          if (kept_own[j]) union_chunk[row] = kept_c[j];
         }
-      });
+      } else {
+        for_each_token_entry([&](int h, int c, float x, float tau) {
+          if (x > tau) table[row_of(c) * head_stride + h] = entmax_weight(x, tau, alpha_f);
+        });
+      }
       __syncwarp();
       // Bit = group weight > 0, Σ log w and the count: a lane per table row. (A lane per mask word left the rows of
       // a crowded word, the recent chunks most tokens weigh, to one lane while the others idled.)
