@@ -770,11 +770,11 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
       for (int row = lane; row < union_size; row += 32) {
         float sum = 0.0f;
         if (g == 16) {  // the common group (h_q = 32, h_kv = 2): the row's loads issued together
-          float w[16];
+          float head_w[16];
 #pragma unroll
-          for (int h = 0; h < 16; ++h) w[h] = table[row * head_stride + h];
+          for (int h = 0; h < 16; ++h) head_w[h] = table[row * head_stride + h];
 #pragma unroll
-          for (int h = 0; h < 16; ++h) sum += w[h];
+          for (int h = 0; h < 16; ++h) sum += head_w[h];
         } else {
           for (int h = 0; h < g; ++h) sum += table[row * head_stride + h];
         }
