@@ -20,7 +20,7 @@ constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 constexpr int kTileChunks = 16;                 // chunks per summary tile (two n8 MMA tiles)
 constexpr int kListBytes = 64 * 1024;           // candidate lists of the whole block
-constexpr int kMaxCertifiedPasses = 200;        // as entmax.h's loop; never reached in practice
+using dashattn::detail::kMaxCertifiedPasses;    // entmax.h's pass limit, for the kernels' own solve loops
 
 struct RouteArgs {
   DeviceTensor q;          // [b, rows, h_q, d]

@@ -46,6 +46,10 @@ DASHATTN_HD T divide_unless_zero(T num, T den) {
 
 namespace detail {
 
+// Passes of the exact solve before it gives up (never reached in practice). Every solver, CPU and GPU, stops at the
+// same count, so that they agree on τ even there.
+constexpr int kMaxCertifiedPasses = 200;
+
 struct PassSums {
   int k = 0;
   double s1 = 0, s2 = 0, sp = 0, spm1 = 0;  // Σy, Σy², Σy^p, Σy^(p−1) over y = x − t > 0
@@ -167,7 +171,7 @@ DASHATTN_HD EntmaxThreshold entmax_threshold(const Values& x, int n, double alph
   }
 
   double t = lo;  // start at the left end: the support there is a superset of the true one
-  for (int it = 0; it < 200; ++it) {
+  for (int it = 0; it < detail::kMaxCertifiedPasses; ++it) {
     const detail::PassSums s = detail::pass(x, n, m, t, p, !(is15 || is2));
     r.iterations = it + 1;
     if (is15 || is2) {
