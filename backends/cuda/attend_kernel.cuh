@@ -221,6 +221,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
           attend_tile_records<Cfg>(a, item.sp, item.kv_head, lane, plan.cursor, plan.n_iter, item.row0,
                                    item.first_token, plan.n_tokens_cta, plan.full_bar, empty_bar, sMeta, sUnion,
                                    ring_pos, plan.use_warpgroups);
+        } else if (a.use_tma && !plan.kbar_per_tile && !plan.producer_table && item.sp.n_k % kTileKeys == 0) {
+          attend_produce_whole_tiles<Cfg>(lane, plan.cursor, plan.n_iter, plan.full_bar, empty_bar,
+                                          mma::smem_addr(sRing), sUnion, tmap_k, tmap_v, int(item.sp.k_begin),
+                                          item.kv_head, int(item.sp.batch_index), ring_pos);
         } else {
           attend_produce<Cfg>(a, item.sp, item.seq, item.kv_head, lane, plan.cursor, plan.n_iter, item.first_token,
                               plan.n_tokens_cta, per_tile, plan.kbar_per_tile, plan.producer_table, plan.full_bar,

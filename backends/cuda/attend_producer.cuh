@@ -138,6 +138,40 @@ __device__ __forceinline__ void attend_produce(const AttendArgs& a, const Sequen
   mma::cp_async_wait<0>();
 }
 
+// The persistent kernel's producer for an item whose tiles are all whole and carry no per-tile bias data (the
+// common case): tensor copies only, so that the loop keeps just the ring position, the cursor and the copy
+// coordinates in registers. The general walk above, at the producer warpgroup's 56 registers, reloaded ~26 spilled
+// values per tile inside the persistent item loop (1 in the one-item kernel), which set the pace of per-token masks'
+// tile stream there (Nsight Compute, perf-log.md, twenty-fifth pass). Arrivals as above: one per lane and phase.
+template <class Cfg>
+__device__ __forceinline__ void attend_produce_whole_tiles(int lane, TileCursor cursor, int n_iter, uint32_t full_bar,
+                                                           uint32_t empty_bar, uint32_t ring_addr,
+                                                           const uint32_t* sUnion, const CUtensorMap& tmap_k,
+                                                           const CUtensorMap& tmap_v, int first_row, int kv_head,
+                                                           int batch_index, uint32_t ring_pos) {
+  constexpr int kStages = Cfg::kStages;
+  for (int it = 0; it < n_iter; ++it) {
+    const uint32_t pos = ring_pos + uint32_t(it);
+    const int stage = int(pos % kStages);
+    const uint32_t fb = full_bar + 8u * stage;
+    if (pos >= uint32_t(kStages)) mma::mbar_wait(empty_bar + 8u * stage, (pos / kStages - 1) & 1u);
+    const int tile = int(cursor.next(sUnion));
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900  // (use_tma is false elsewhere, so no launch gets here)
+    if (lane == 0) {
+      mma::mbar_expect_tx(fb, 2u * Cfg::kTileBytes);
+      const int row = first_row + tile * kTileKeys;
+      const uint32_t dk = ring_addr + uint32_t(stage) * 2u * Cfg::kTileBytes, dv = dk + Cfg::kTileBytes;
+#pragma unroll
+      for (int cb = 0; cb < Cfg::kColBlocks; ++cb) {
+        mma::tma_load_4d(dk + cb * Cfg::kBlockBytes, &tmap_k, fb, cb * 64, row, kv_head, batch_index);
+        mma::tma_load_4d(dv + cb * Cfg::kBlockBytes, &tmap_v, fb, cb * 64, row, kv_head, batch_index);
+      }
+    }
+#endif
+    mma::mbar_arrive(fb);
+  }
+}
+
 // ---- The record warp (warpgroup tilings) ----
 // The stage records for the warpgroup consumers (AttendConfig::kMetaBytes): the tile, each token's attended keys and
 // a bit per warpgroup (rows 64 w .. 64 w + 63 of the CTA) that has a row attending some key of it. They are written

@@ -480,6 +480,11 @@ std::vector<Case> conformance_cases() {
   { Case c = base; c.name = "persistent 2 CTAs varlen g4"; c.warps = 8; c.persistent = 2; c.h_q = 8; c.h_kv = 2; c.prior = PriorMode::kEstimateDiagonal; c.n_q = {50, 190, 3}; c.n_k = {50, 190, 700}; c.varlen = true; add(c); }
   { Case c = base; c.name = "persistent 2 CTAs table rounds"; c.warps = 8; c.persistent = 2; c.chunk_masks = true; c.chunk = 16; c.prior = PriorMode::kRaw; c.keep = 0.9; c.n_q = {200}; c.n_k = {9000}; add(c); }
   { Case c = base; c.name = "persistent 4 CTAs g6 per token"; c.warps = 8; c.persistent = 4; c.h_q = 12; c.h_kv = 2; c.prior = PriorMode::kRaw; c.n_q = {333}; c.n_k = {333}; add(c); }
+  // Items whose tiles are all whole (n_k a multiple of 64) take the producer's tensor-copy-only loop; the varlen case
+  // mixes them with items that end in a partial tile (the general walk), so the ring's phases run on across both.
+  { Case c = base; c.name = "persistent 3 CTAs whole tiles chunk masks"; c.warps = 8; c.persistent = 3; c.chunk_masks = true; c.prior = PriorMode::kRaw; c.n_q = {640}; c.n_k = {640}; add(c); }
+  { Case c = base; c.name = "persistent 2 CTAs whole tiles per token"; c.warps = 8; c.persistent = 2; c.prior = PriorMode::kEstimateDiagonal; c.n_q = {448}; c.n_k = {768}; add(c); }
+  { Case c = base; c.name = "persistent 2 CTAs whole and partial varlen"; c.warps = 8; c.persistent = 2; c.chunk_masks = true; c.prior = PriorMode::kRaw; c.n_q = {128, 190, 256}; c.n_k = {128, 190, 640}; c.varlen = true; add(c); }
   return cs;
 }
 
