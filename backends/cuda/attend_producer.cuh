@@ -192,17 +192,16 @@ __device__ __forceinline__ uint32_t token_warpgroups(int64_t token, int64_t row0
   return bits;
 }
 
-// Run only by CTAs on the warpgroup path, whose full barriers count these arrivals.
+// Run only by CTAs (or persistent items) on the warpgroup path, whose full barriers count these arrivals; the
+// persistent kernel's per-warp items arrive through attend_stage_arrivals instead.
 template <class Cfg>
 __device__ __forceinline__ void attend_tile_records(const AttendArgs& a, const SequenceSpan& sp, int kv_head, int lane,
                                                     TileCursor cursor, int n_iter, int64_t row0, int64_t first_token,
                                                     int n_tokens, uint32_t full_bar, uint32_t empty_bar,
                                                     unsigned char* sMeta, const uint32_t* sUnion,
-                                                    uint32_t ring_pos = 0, bool write = true) {
+                                                    uint32_t ring_pos = 0) {
   constexpr int kStages = Cfg::kStages;
-  // write = false (the persistent kernel's items on the per-warp path, which read no records): only the arrivals
-  // that keep the full barriers' phases.
-  const bool own_slot = write && lane < n_tokens;
+  const bool own_slot = lane < n_tokens;
   RowRouting own{nullptr, -1, 0};
   MaskWordCache own_words;
   uint32_t own_wg = 0u;
@@ -216,26 +215,40 @@ __device__ __forceinline__ void attend_tile_records(const AttendArgs& a, const S
     const int64_t tile = cursor.next(sUnion);
     const uint64_t own_keys = own_slot ? row_tile_keys(own, own_words, tile, a.chunk, a.log2_chunk, a.dense) : 0ull;
     if (pos >= uint32_t(kStages)) mma::mbar_wait(empty_bar + 8u * stage, (pos / kStages - 1) & 1u);
-    if (write) {
-      unsigned char* meta = sMeta + size_t(stage) * Cfg::kMetaStageBytes;
-      uint64_t* keys = reinterpret_cast<uint64_t*>(meta + 16);
-      uint32_t need = own_keys != 0ull ? own_wg : 0u;
-      if (own_slot) keys[lane] = own_keys;
-      for (int slot = lane + 32; slot < n_tokens; slot += 32) {
-        const int64_t token = first_token + slot;
-        const RowRouting rr = token_routing(a, sp, kv_head, token);
-        MaskWordCache words;
-        const uint64_t k = row_tile_keys(rr, words, tile, a.chunk, a.log2_chunk, a.dense);
-        keys[slot] = k;
-        if (k != 0ull) need |= token_warpgroups<Cfg>(token, row0, a.group);
-      }
-      need = __reduce_or_sync(0xffffffffu, need);
-      if (lane == 0) {
-        *reinterpret_cast<int64_t*>(meta) = tile;
-        *reinterpret_cast<uint32_t*>(meta + 8) = need;
-      }
+    unsigned char* meta = sMeta + size_t(stage) * Cfg::kMetaStageBytes;
+    uint64_t* keys = reinterpret_cast<uint64_t*>(meta + 16);
+    uint32_t need = own_keys != 0ull ? own_wg : 0u;
+    if (own_slot) keys[lane] = own_keys;
+    for (int slot = lane + 32; slot < n_tokens; slot += 32) {
+      const int64_t token = first_token + slot;
+      const RowRouting rr = token_routing(a, sp, kv_head, token);
+      MaskWordCache words;
+      const uint64_t k = row_tile_keys(rr, words, tile, a.chunk, a.log2_chunk, a.dense);
+      keys[slot] = k;
+      if (k != 0ull) need |= token_warpgroups<Cfg>(token, row0, a.group);
+    }
+    need = __reduce_or_sync(0xffffffffu, need);
+    if (lane == 0) {
+      *reinterpret_cast<int64_t*>(meta) = tile;
+      *reinterpret_cast<uint32_t*>(meta + 8) = need;
     }
     mma::mbar_arrive(full_bar + 8u * stage);  // releases this lane's writes to the consumers
+  }
+}
+
+// The persistent kernel's record warp on an item of the per-warp path, which reads no records: only the arrivals
+// that keep the full barriers' phases (64 per phase), each after its stage was released. Without the union walk and
+// the routing state of attend_tile_records, nothing is spilled per tile (that walk reloaded ~10 spilled values per
+// tile in the persistent item loop and held each stage's fill open until then; perf-log.md, twenty-fifth pass).
+template <class Cfg>
+__device__ __forceinline__ void attend_stage_arrivals(int n_iter, uint32_t full_bar, uint32_t empty_bar,
+                                                      uint32_t ring_pos) {
+  constexpr int kStages = Cfg::kStages;
+  for (int it = 0; it < n_iter; ++it) {
+    const uint32_t pos = ring_pos + uint32_t(it);
+    const int stage = int(pos % kStages);
+    if (pos >= uint32_t(kStages)) mma::mbar_wait(empty_bar + 8u * stage, (pos / kStages - 1) & 1u);
+    mma::mbar_arrive(full_bar + 8u * stage);
   }
 }
 
