@@ -45,7 +45,7 @@
 // its Q, tau / mu and the first round of the bias table's k̄ columns ("prepared"). The record warp writes records
 // for every item so that the full barriers count the same arrivals whichever path an item takes. Each item runs
 // the code of the one-item-per-CTA kernel, and the output is bitwise the same. Not the default: faster only where
-// items are short and share their tiles, 11-15 % slower on per-token masks (perf-log.md, twelfth and twenty-fifth
+// items are short and share their tiles, 11-16 % slower on per-token masks (perf-log.md, twelfth and twenty-fifth
 // passes).
 #pragma once
 
