@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 
 namespace dashattn::cuda {
@@ -178,10 +180,28 @@ void launch_attend_planned(AttendArgs args, int64_t head_dim, DType dtype, const
   }
 }
 
+// DASHATTN_CUDA_ATTEND_PERSISTENT=1 runs every Stage-2 launch that the d = 128 warpgroup tiling takes without a key
+// split through its persistent form (one CTA per SM, items in the fixed order, since the launch has no workspace of
+// its own for the item counter), so that the two can be compared in one binary; measurements only.
+namespace {
+bool persistent_attend_forced() {
+  static const bool forced = [] {
+    const char* env = std::getenv("DASHATTN_CUDA_ATTEND_PERSISTENT");
+    return env != nullptr && std::strcmp(env, "1") == 0;
+  }();
+  return forced;
+}
+}  // namespace
+
 void launch_attend(const AttendParams& p, const ProblemShape& s, void* workspace, size_t workspace_bytes,
                    cudaStream_t stream) {
   AttendPlan plan = plan_attend(s, current_sm_count(), false);
   if (plan.num_splits > 1 && (workspace == nullptr || workspace_bytes < plan.workspace_bytes)) plan.num_splits = 1;
+  if (plan.num_splits == 1 && plan.warps == 8 && persistent_attend_forced()) {
+    plan.persistent = true;
+    launch_attend_planned(make_attend_args(p, s), s.d, p.q.dtype, plan, nullptr, stream);
+    return;
+  }
   launch_attend_planned(make_attend_args(p, s), s.d, p.q.dtype, plan, workspace, stream);
 }
 
