@@ -218,21 +218,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       }
       uint32_t ring_pos = 0;  // the ring's fills so far: stages and parities run on across items
       for (int k = 0; take_item(k); ++k) {
-        if (role == 1 && !plan.use_warpgroups) {
-          attend_stage_arrivals<Cfg>(plan.n_iter, plan.full_bar, empty_bar, ring_pos);
-        } else if (role == 1) {
-          attend_tile_records<Cfg>(a, item.sp, item.kv_head, lane, plan.cursor, plan.n_iter, item.row0,
-                                   item.first_token, plan.n_tokens_cta, plan.full_bar, empty_bar, sMeta, sUnion,
-                                   ring_pos);
-        } else if (a.use_tma && !plan.kbar_per_tile && !plan.producer_table && item.sp.n_k % kTileKeys == 0) {
-          attend_produce_whole_tiles<Cfg>(lane, plan.cursor, plan.n_iter, plan.full_bar, empty_bar,
-                                          mma::smem_addr(sRing), sUnion, tmap_k, tmap_v, int(item.sp.k_begin),
-                                          item.kv_head, int(item.sp.batch_index), ring_pos);
-        } else {
-          attend_produce<Cfg>(a, item.sp, item.seq, item.kv_head, lane, plan.cursor, plan.n_iter, item.first_token,
-                              plan.n_tokens_cta, per_tile, plan.kbar_per_tile, plan.producer_table, plan.full_bar,
-                              empty_bar, sRing, sKbar, sBias, sUnion, tmap_k, tmap_v, -1, ring_free_bar, ring_pos);
-        }
+        stream_persistent_item<Cfg>(a, item, plan, role == 1, lane, per_tile, empty_bar, ring_free_bar, ring_pos,
+                                    sRing, sKbar, sBias, sMeta, sUnion, tmap_k, tmap_v);
         ring_pos += uint32_t(plan.n_iter);
         mma::mbar_arrive(pi.union_free_bar + 8u * (k & 1));  // this lane is done with the item's union
       }

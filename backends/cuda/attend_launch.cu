@@ -197,12 +197,9 @@ void launch_attend(const AttendParams& p, const ProblemShape& s, void* workspace
                    cudaStream_t stream) {
   AttendPlan plan = plan_attend(s, current_sm_count(), false);
   if (plan.num_splits > 1 && (workspace == nullptr || workspace_bytes < plan.workspace_bytes)) plan.num_splits = 1;
-  if (plan.num_splits == 1 && plan.warps == 8 && persistent_attend_forced()) {
-    plan.persistent = true;
-    launch_attend_planned(make_attend_args(p, s), s.d, p.q.dtype, plan, nullptr, stream);
-    return;
-  }
-  launch_attend_planned(make_attend_args(p, s), s.d, p.q.dtype, plan, workspace, stream);
+  // (The caller's workspace is not sized for an item counter: the forced persistent kernel takes none.)
+  plan.persistent = plan.num_splits == 1 && plan.warps == 8 && persistent_attend_forced();
+  launch_attend_planned(make_attend_args(p, s), s.d, p.q.dtype, plan, plan.persistent ? nullptr : workspace, stream);
 }
 
 void launch_attend(const AttendParams& p, const ProblemShape& s, cudaStream_t stream) {

@@ -12,6 +12,7 @@
 #include "attend_args.cuh"
 #include "attend_config.cuh"
 #include "attend_item.cuh"
+#include "attend_producer.cuh"
 #include "attend_table.cuh"
 #include "attend_wgmma.cuh"
 #include "mma_tiles.cuh"
@@ -131,6 +132,34 @@ __device__ __forceinline__ void prepare_items(const AttendArgs& a, const Persist
     mma::cp_async_wait<0>();
     if constexpr (Cfg::kWgmma) wgmma::fence_proxy_async();  // Q may be read by the tensor cores
     mma::mbar_arrive(pi.prep_ready_bar);
+  }
+}
+
+// One item of the persistent kernel's tile stream, by the producer warp or (record) the record warp: the records of
+// a warpgroup item, or on a per-warp item, which reads none, only the arrivals that keep the full barriers' phases;
+// the tiles of an item whose tiles are all whole and carry no per-tile bias data through the tensor-copy-only loop,
+// other items through the general walk. (The general loops, at the producer warpgroup's 56 registers inside the
+// item loop, reloaded ~36 spilled values per tile between them, which set the pace of per-token masks' stream:
+// perf-log.md, twenty-fifth pass.) ring_pos: the ring's fills before this item.
+template <class Cfg>
+__device__ __forceinline__ void stream_persistent_item(const AttendArgs& a, const AttendItem<Cfg>& item,
+                                                       const ItemPlan& plan, bool record, int lane, int per_tile,
+                                                       uint32_t empty_bar, uint32_t ring_free_bar, uint32_t ring_pos,
+                                                       typename Cfg::Element* sRing, unsigned char* sKbar,
+                                                       float* sBias, unsigned char* sMeta, const uint32_t* sUnion,
+                                                       const CUtensorMap& tmap_k, const CUtensorMap& tmap_v) {
+  if (record && !plan.use_warpgroups) {
+    attend_stage_arrivals<Cfg>(plan.n_iter, plan.full_bar, empty_bar, ring_pos);
+  } else if (record) {
+    attend_tile_records<Cfg>(a, item.sp, item.kv_head, lane, plan.cursor, plan.n_iter, item.row0, item.first_token,
+                             plan.n_tokens_cta, plan.full_bar, empty_bar, sMeta, sUnion, ring_pos);
+  } else if (a.use_tma && !plan.kbar_per_tile && !plan.producer_table && item.sp.n_k % kTileKeys == 0) {
+    attend_produce_whole_tiles<Cfg>(lane, plan.cursor, plan.n_iter, plan.full_bar, empty_bar, sRing, sUnion, tmap_k,
+                                    tmap_v, item.sp.k_begin, item.kv_head, int(item.sp.batch_index), ring_pos);
+  } else {
+    attend_produce<Cfg>(a, item.sp, item.seq, item.kv_head, lane, plan.cursor, plan.n_iter, item.first_token,
+                        plan.n_tokens_cta, per_tile, plan.kbar_per_tile, plan.producer_table, plan.full_bar,
+                        empty_bar, sRing, sKbar, sBias, sUnion, tmap_k, tmap_v, -1, ring_free_bar, ring_pos);
   }
 }
 

@@ -13,6 +13,41 @@
 
 namespace dashattn::cuda {
 
+// Fill pos of the ring (counted over the kernel's whole walk: the persistent kernel's items run on): its stage,
+// once every consumer lane has released that stage's previous fill (the first kStages fills find it free). The
+// one-item kernels' loops (attend_produce, attend_tile_records) keep this step written out: through the helper
+// their SASS came out rescheduled, and they are not changed without a timing on the GPU.
+template <int kStages>
+__device__ __forceinline__ int wait_stage_free(uint32_t empty_bar, uint32_t pos) {
+  const int stage = int(pos % kStages);
+  if (pos >= uint32_t(kStages)) mma::mbar_wait(empty_bar + 8u * stage, (pos / kStages - 1) & 1u);
+  return stage;
+}
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// The tensor copies of whole K/V tile `tile` (key rows from k_begin + 64 tile of the view) into a stage's K and V
+// buffers, completing as transactions on the stage's full barrier fb; lane 0 of the producer only. kEvictFirst: an L2
+// evict-first policy, for tiles read once (a decode step's stream).
+template <class Cfg, bool kEvictFirst>
+__device__ __forceinline__ void copy_whole_tile(uint32_t fb, typename Cfg::Element* sK, typename Cfg::Element* sV,
+                                                const CUtensorMap& tmap_k, const CUtensorMap& tmap_v, int64_t k_begin,
+                                                int64_t tile, int kv_head, int batch_index) {
+  mma::mbar_expect_tx(fb, 2u * Cfg::kTileBytes);
+  const int row = int(k_begin + tile * kTileKeys);
+  const uint32_t dk = mma::smem_addr(sK), dv = mma::smem_addr(sV);
+#pragma unroll
+  for (int cb = 0; cb < Cfg::kColBlocks; ++cb) {
+    if constexpr (kEvictFirst) {
+      mma::tma_load_4d_evict_first(dk + cb * Cfg::kBlockBytes, &tmap_k, fb, cb * 64, row, kv_head, batch_index);
+      mma::tma_load_4d_evict_first(dv + cb * Cfg::kBlockBytes, &tmap_v, fb, cb * 64, row, kv_head, batch_index);
+    } else {
+      mma::tma_load_4d(dk + cb * Cfg::kBlockBytes, &tmap_k, fb, cb * 64, row, kv_head, batch_index);
+      mma::tma_load_4d(dv + cb * Cfg::kBlockBytes, &tmap_v, fb, cb * 64, row, kv_head, batch_index);
+    }
+  }
+}
+#endif
+
 // Walks tiles of rank tile_start.. (cursor) for n_iter steps; kbar_per_tile / producer_table say which bias data
 // the consumers expect with each tile. One arrival per lane and phase on the stage's full barrier. Step
 // ring_free_from (if reached) first waits for ring_free_bar: its stage and the later ones held the bias table's
@@ -76,24 +111,10 @@ __device__ __forceinline__ void attend_produce(const AttendArgs& a, const Sequen
     // Whole tiles by tensor copy; the last partial tile of a sequence by cp.async, which zero-fills the rows
     // past the end (the tensor map's bounds are the tensor's, not the sequence's).
     if (a.use_tma && (tile + 1) * kTileKeys <= sp.n_k) {
-      if (lane == 0) {
-        mma::mbar_expect_tx(fb, 2u * Cfg::kTileBytes);
-        const int row = int(sp.k_begin + tile * kTileKeys);
-        const uint32_t dk = mma::smem_addr(sK), dv = mma::smem_addr(sV);
-#pragma unroll
-        for (int cb = 0; cb < Cfg::kColBlocks; ++cb) {
-          if constexpr (Cfg::kTileSplit) {
-            // Decode: every K/V tile is read by exactly one CTA, once.
-            mma::tma_load_4d_evict_first(dk + cb * Cfg::kBlockBytes, &tmap_k, fb, cb * 64, row, kv_head,
-                                         int(sp.batch_index));
-            mma::tma_load_4d_evict_first(dv + cb * Cfg::kBlockBytes, &tmap_v, fb, cb * 64, row, kv_head,
-                                         int(sp.batch_index));
-          } else {
-            mma::tma_load_4d(dk + cb * Cfg::kBlockBytes, &tmap_k, fb, cb * 64, row, kv_head, int(sp.batch_index));
-            mma::tma_load_4d(dv + cb * Cfg::kBlockBytes, &tmap_v, fb, cb * 64, row, kv_head, int(sp.batch_index));
-          }
-        }
-      }
+      // Decode (the tile split): every K/V tile is read by exactly one CTA, once.
+      if (lane == 0)
+        copy_whole_tile<Cfg, Cfg::kTileSplit>(fb, sK, sV, tmap_k, tmap_v, sp.k_begin, tile, kv_head,
+                                              int(sp.batch_index));
       copied = true;
     }
 #endif
@@ -145,27 +166,18 @@ __device__ __forceinline__ void attend_produce(const AttendArgs& a, const Sequen
 // tile stream there (Nsight Compute, perf-log.md, twenty-fifth pass). Arrivals as above: one per lane and phase.
 template <class Cfg>
 __device__ __forceinline__ void attend_produce_whole_tiles(int lane, TileCursor cursor, int n_iter, uint32_t full_bar,
-                                                           uint32_t empty_bar, uint32_t ring_addr,
+                                                           uint32_t empty_bar, typename Cfg::Element* sRing,
                                                            const uint32_t* sUnion, const CUtensorMap& tmap_k,
-                                                           const CUtensorMap& tmap_v, int first_row, int kv_head,
+                                                           const CUtensorMap& tmap_v, int64_t k_begin, int kv_head,
                                                            int batch_index, uint32_t ring_pos) {
-  constexpr int kStages = Cfg::kStages;
   for (int it = 0; it < n_iter; ++it) {
-    const uint32_t pos = ring_pos + uint32_t(it);
-    const int stage = int(pos % kStages);
+    const int stage = wait_stage_free<Cfg::kStages>(empty_bar, ring_pos + uint32_t(it));
     const uint32_t fb = full_bar + 8u * stage;
-    if (pos >= uint32_t(kStages)) mma::mbar_wait(empty_bar + 8u * stage, (pos / kStages - 1) & 1u);
-    const int tile = int(cursor.next(sUnion));
+    const int64_t tile = cursor.next(sUnion);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900  // (use_tma is false elsewhere, so no launch gets here)
     if (lane == 0) {
-      mma::mbar_expect_tx(fb, 2u * Cfg::kTileBytes);
-      const int row = first_row + tile * kTileKeys;
-      const uint32_t dk = ring_addr + uint32_t(stage) * 2u * Cfg::kTileBytes, dv = dk + Cfg::kTileBytes;
-#pragma unroll
-      for (int cb = 0; cb < Cfg::kColBlocks; ++cb) {
-        mma::tma_load_4d(dk + cb * Cfg::kBlockBytes, &tmap_k, fb, cb * 64, row, kv_head, batch_index);
-        mma::tma_load_4d(dv + cb * Cfg::kBlockBytes, &tmap_v, fb, cb * 64, row, kv_head, batch_index);
-      }
+      typename Cfg::Element* sK = sRing + size_t(stage) * 2 * Cfg::kTileElems;
+      copy_whole_tile<Cfg, false>(fb, sK, sK + Cfg::kTileElems, tmap_k, tmap_v, k_begin, tile, kv_head, batch_index);
     }
 #endif
     mma::mbar_arrive(fb);
@@ -243,13 +255,8 @@ __device__ __forceinline__ void attend_tile_records(const AttendArgs& a, const S
 template <class Cfg>
 __device__ __forceinline__ void attend_stage_arrivals(int n_iter, uint32_t full_bar, uint32_t empty_bar,
                                                       uint32_t ring_pos) {
-  constexpr int kStages = Cfg::kStages;
-  for (int it = 0; it < n_iter; ++it) {
-    const uint32_t pos = ring_pos + uint32_t(it);
-    const int stage = int(pos % kStages);
-    if (pos >= uint32_t(kStages)) mma::mbar_wait(empty_bar + 8u * stage, (pos / kStages - 1) & 1u);
-    mma::mbar_arrive(full_bar + 8u * stage);
-  }
+  for (int it = 0; it < n_iter; ++it)
+    mma::mbar_arrive(full_bar + 8u * wait_stage_free<Cfg::kStages>(empty_bar, ring_pos + uint32_t(it)));
 }
 
 }  // namespace dashattn::cuda
