@@ -128,6 +128,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   AttendItem<Cfg> item;
   if constexpr (!kPersistent) item.begin(a, int64_t(gridDim.x) - 1 - blockIdx.x, blockIdx.y);
   if (tid == 0) phase_mark(PhaseKernel::kAttend, 0);
+  ItemClock item_clock;  // profiling build only (phase_clocks.cuh)
+  if (tid == 0) item_clock.start();
 
   constexpr bool kRecordWarp = Cfg::kWgmma;  // (then kMetaBytes > 0)
   if (tid == 0) {
@@ -190,6 +192,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     plan = plan_item(a, item, sUnion, split, per_tile, sCount[0], sCount[1], full_bar32, full_bar64);
     if (tid == 0) {
       phase_mark(PhaseKernel::kAttend, 2);
+      item_clock.lap(0);
       phase_set_active(PhaseKernel::kAttend, plan.tile_count > 0, int(plan.tile_count));
     }
   }
@@ -254,6 +257,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     if constexpr (kPersistent) {
       buf = k & 1;
       if (!take_item(k)) break;
+      if (tid == 0) item_clock.lap(0);
     } else if (k > 0) {
       break;
     }
@@ -413,6 +417,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       mma::mbar_wait(pi.prep_ready_bar, uint32_t(k & 1));
       if (plan.use_table && k > 0) consumers_sync();
     }
+    if (tid == 0) item_clock.lap(1);
     if (plan.use_table) {
       fill_bias_table<Cfg>(TableFill{a, item.sp, item.seq, item.kv_head, warp, lane, g, row_a, row_b, plan.n_pairs,
                                      plan.n_tokens_cta, per_tile, plan.cursor, sUnion, item.union_words,
@@ -421,7 +426,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
                            q_fragment, group_bias, group_sums,
                            [&](float sum) { return bias_of(sum, row_tau_mu[lane / 4].y); }, consumers_sync);
     }
-    if (tid == 0) phase_mark(PhaseKernel::kAttend, 5);
+    if (tid == 0) {
+      phase_mark(PhaseKernel::kAttend, 5);
+      item_clock.lap(2);
+    }
 
     // One k-step of x += Q k̄^T for the per-tile bias; an ldmatrix of the stage's k̄ buffer covers two k-steps.
     auto bias_x = [&](int stage, float (&xb)[4]) {
@@ -659,7 +667,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       // The per-tile bias (no table): x = Q k̄^T on mma.sync while the S of the same tile is in flight.
       Tile cur, nxt;
       if (acquire(cur)) {
-        if (tid == 0) phase_mark(PhaseKernel::kAttend, 6);
+        if (tid == 0) {
+          phase_mark(PhaseKernel::kAttend, 6);
+          item_clock.lap(3);
+        }
         float s[8][4] = {};
         uint32_t pa[4][4];
         float corr_a, corr_b;
@@ -702,7 +713,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
         // Every warp waits for the tile, computing or not: a warp may release a stage only after the round it
         // releases was filled, which keeps exactly one arrival per lane in each phase of the empty barrier.
         mma::mbar_wait(plan.full_bar + 8u * stage, parity);
-        if (tid == 0 && it == 0) phase_mark(PhaseKernel::kAttend, 6);
+        if (tid == 0 && it == 0) {
+          phase_mark(PhaseKernel::kAttend, 6);
+          item_clock.lap(3);
+        }
         if (lane == 0) phase_tile(it);
         if (need) {
           const uint32_t sK_addr = sRing_addr + uint32_t(stage) * 2u * kTileBytes;
@@ -759,7 +773,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       ring_pos += uint32_t(plan.n_iter);
     }
 
-    if (tid == 0) phase_mark(PhaseKernel::kAttend, 7);
+    if (tid == 0) {
+      phase_mark(PhaseKernel::kAttend, 7);
+      item_clock.lap(4);
+    }
     // Epilogue: finish the row sums across the quad, normalize, write o and lse (or the split partials).
     l_a += __shfl_xor_sync(0xffffffffu, l_a, 1);
     l_a += __shfl_xor_sync(0xffffffffu, l_a, 2);
@@ -781,6 +798,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
                           t4, 0, inv_a, lse_a, acc_o);
     write_output_row<Cfg>(a, item.sp, item.seq, split, item.kv_head, item.first_token + token_b, head_b, row_b.valid,
                           t4, 1, inv_b, lse_b, acc_o);
+    if (tid == 0) {
+      item_clock.lap(5);
+      item_clock.item_done();
+    }
   }  // items
   if (!kPersistent && tid == 0)
     phase_finish(PhaseKernel::kAttend,

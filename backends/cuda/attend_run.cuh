@@ -86,6 +86,9 @@ void launch_attend_instance(AttendArgs args, bool allow_tma, cudaStream_t stream
   }
   attend_kernel<Cfg><<<grid, Cfg::kThreads, smem, stream>>>(args, tmap_k, tmap_v);
   DASHATTN_CUDA_CHECK_LAUNCH();
+#ifdef DASHATTN_ITEM_CLOCKS
+  item_clock_report<<<1, 1, 0, stream>>>();  // profiling build only (phase_clocks.cuh)
+#endif
   if (args.num_splits > 1) {
     const int64_t split_rows = int64_t(args.num_seqs) * args.h_q * args.batch.padded_n_q;
     constexpr int kRowsPerBlock = 4;

@@ -168,6 +168,45 @@ __device__ __forceinline__ void phase_tile(int) {}
 __device__ __forceinline__ void phase_finish(PhaseKernel, const char*) {}
 #endif
 
+// Profiling build only (-DDASHATTN_ITEM_CLOCKS), Stage 2: thread 0 (consumer warp 0's lane 0) adds the SM cycles of
+// each segment of each of its row blocks (the persistent kernel's items in turn, or the one-item kernel's one) into
+// g_item_cycles, and launch_attend follows each Stage-2 launch with item_clock_report, which prints the mean per
+// item and re-arms. (No printf in the attention kernel itself: a call there makes ptxas serialize its wgmma, which
+// the phase-clock build above does.) Segments: 0 the item's union (persistent: the wait for it; one item: entry to
+// the plan), 1 Q, tau and mu (persistent: the wait for the helpers' preparation), 2 the bias table, 3 the wait for
+// the item's first tile, 4 the rest of the main loop, 5 the epilogue (o and lse written).
+constexpr int kItemSegments = 6;
+#ifdef DASHATTN_ITEM_CLOCKS
+// Per translation unit (static): each attention instance's kernels and its report share one copy; an inline kernel
+// would be deduplicated across units and read another unit's counters.
+static __device__ unsigned long long g_item_cycles[kItemSegments];
+static __device__ unsigned long long g_item_count;
+struct ItemClock {
+  long long t = 0;
+  __device__ __forceinline__ void start() { t = clock64(); }
+  __device__ __forceinline__ void lap(int seg) {
+    const long long now = clock64();
+    atomicAdd(&g_item_cycles[seg], static_cast<unsigned long long>(now - t));
+    t = now;
+  }
+  __device__ __forceinline__ void item_done() { atomicAdd(&g_item_count, 1ull); }
+};
+static __global__ void item_clock_report() {
+  const double n = double(g_item_count > 0 ? g_item_count : 1);
+  printf("items %llu, mean cycles per item: union %.0f prep %.0f table %.0f first-tile %.0f loop %.0f epilogue %.0f\n",
+         g_item_count, g_item_cycles[0] / n, g_item_cycles[1] / n, g_item_cycles[2] / n, g_item_cycles[3] / n,
+         g_item_cycles[4] / n, g_item_cycles[5] / n);
+  for (int i = 0; i < kItemSegments; ++i) g_item_cycles[i] = 0;
+  g_item_count = 0;
+}
+#else
+struct ItemClock {
+  __device__ __forceinline__ void start() {}
+  __device__ __forceinline__ void lap(int) {}
+  __device__ __forceinline__ void item_done() {}
+};
+#endif
+
 // Profiling build only (-DDASHATTN_ROUTE_PHASE_CLOCKS), Stage 1's single-sweep kernel: cycles per phase summed over
 // blocks (thread 0's clock after each phase's barrier) and the blocks that overflowed to the multi-pass code; the
 // first launch to finish prints them. Every thread of a block calls mark() (it holds a barrier) and finish().
