@@ -53,6 +53,12 @@ struct Options {
   bool step_variants = false;
   // The decode rows timed on one copy of their inputs (L2-warm replays), not rotated.
   bool warm_l2 = false;
+  // How q, k, v, o and the summaries lie in memory: [b, n, h, d] (the API's logical order), or [b, h, n, d], the
+  // layout PyTorch SDPA's callers hold and torch_baselines.py times the dense kernels on by default. The same
+  // logical views either way (from_bhnd permutes the strides), so the kernels and their arithmetic are the same;
+  // what changes is which keys are neighbours in memory: in [b, h, n, d] a 64-key chunk of one KV head is one
+  // contiguous 16 KB run, in [b, n, h, d] 64 runs of 256 bytes interleaved with the other heads' keys.
+  bool heads_major = false;
 };
 
 // Device buffer with a view, freed at scope exit.
@@ -70,6 +76,22 @@ TensorView view(void* p, DType t, std::initializer_list<int64_t> shape) {
 }
 
 using bench_device::fill;
+
+// A [b, n, h, d] tensor in the layout --layout chose (see Options::heads_major).
+TensorView bnhd_view(const Options& o, void* p, DType t, int64_t b, int64_t n, int64_t h, int64_t d) {
+  return o.heads_major ? from_bhnd(p, t, b, h, n, d, Device{DeviceType::kCuda, 0}) : view(p, t, {b, n, h, d});
+}
+
+// Host bytes of a row-major [n, h, d] tensor of 2-byte elements, reordered to [h, n, d] when heads_major.
+std::vector<uint8_t> host_layout(const Options& o, std::vector<uint8_t> bytes, int64_t n, int64_t h, int64_t d) {
+  if (!o.heads_major) return bytes;
+  std::vector<uint8_t> out(bytes.size());
+  const size_t row = size_t(d) * 2;
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < h; ++j)
+      std::copy_n(&bytes[size_t(i * h + j) * row], row, &out[size_t(j * n + i) * row]);
+  return out;
+}
 
 // Stage 2's parameters over the tensors of Stages 0-1 (q, routing) and of the dense baseline (k, v, o).
 AttendParams attend_params(const RouteParams& rp, const SummarizeParams& sp, const DenseParams& dp,
@@ -189,8 +211,10 @@ Row bench_prefill(Backend& be, const Options& o, int64_t n, cudaStream_t st) {
   cfg.num_needles = 16;
   cfg.seed = 7;
   synthetic::Problem pr = synthetic::generate(cfg);
-  const auto qh = synthetic::convert(pr.q, DType::kBF16), kh = synthetic::convert(pr.k, DType::kBF16),
-             vh = synthetic::convert(pr.v, DType::kBF16), sqh = synthetic::convert(pr.summary_query, DType::kBF16);
+  const auto qh = host_layout(o, synthetic::convert(pr.q, DType::kBF16), n, h_q, d),
+             kh = host_layout(o, synthetic::convert(pr.k, DType::kBF16), n, h_kv, d),
+             vh = host_layout(o, synthetic::convert(pr.v, DType::kBF16), n, h_kv, d),
+             sqh = synthetic::convert(pr.summary_query, DType::kBF16);
   Buf q(qh.size()), k(kh.size()), v(vh.size()), sq(sqh.size()), out(qh.size());
   CK(cudaMemcpy(q.p, qh.data(), qh.size(), cudaMemcpyHostToDevice));
   CK(cudaMemcpy(k.p, kh.data(), kh.size(), cudaMemcpyHostToDevice));
@@ -204,12 +228,12 @@ Row bench_prefill(Backend& be, const Options& o, int64_t n, cudaStream_t st) {
   m.prior = o.prior;
 
   SummarizeParams sp;
-  sp.k = view(k.p, DType::kBF16, {1, n, h_kv, d});
+  sp.k = bnhd_view(o, k.p, DType::kBF16, 1, n, h_kv, d);
   sp.summary_query = view(sq.p, DType::kBF16, {h_kv, d});
-  sp.summaries = view(summ.p, DType::kBF16, {1, nc, h_kv, d});
+  sp.summaries = bnhd_view(o, summ.p, DType::kBF16, 1, nc, h_kv, d);
   sp.method = m;
   RouteParams rp;
-  rp.q = view(q.p, DType::kBF16, {1, n, h_q, d});
+  rp.q = bnhd_view(o, q.p, DType::kBF16, 1, n, h_q, d);
   rp.summaries = sp.summaries;
   rp.n_k = n;
   rp.method = m;
@@ -230,8 +254,8 @@ Row bench_prefill(Backend& be, const Options& o, int64_t n, cudaStream_t st) {
   DenseParams dp;
   dp.q = rp.q;
   dp.k = sp.k;
-  dp.v = view(v.p, DType::kBF16, {1, n, h_kv, d});
-  dp.o = view(out.p, DType::kBF16, {1, n, h_q, d});
+  dp.v = bnhd_view(o, v.p, DType::kBF16, 1, n, h_kv, d);
+  dp.o = bnhd_view(o, out.p, DType::kBF16, 1, n, h_q, d);
   row.dense = time_ms(st, std::max(5, o.reps / 3), [&](cudaStream_t s) { dp.stream = s; dense_attention(be, dp); });
   emit("prefill", n, "dense_ours", row.dense);
 
@@ -271,14 +295,14 @@ Row bench_decode(Backend& be, const Options& o, int64_t n, cudaStream_t st) {
   m.chunk_size = C;
   m.prior = o.prior;
   SummarizeParams sp;
-  sp.k = view(k.p, DType::kBF16, {b, n, h_kv, d});
+  sp.k = bnhd_view(o, k.p, DType::kBF16, b, n, h_kv, d);
   sp.summary_query = view(sq.p, DType::kBF16, {h_kv, d});
-  sp.summaries = view(summ.p, DType::kBF16, {b, nc, h_kv, d});
+  sp.summaries = bnhd_view(o, summ.p, DType::kBF16, b, nc, h_kv, d);
   sp.method = m;
   summarize(be, sp);  // the cache of every earlier chunk
   sp.first_chunk = nc - 1;  // the step's own work: the chunk the new token completes
   RouteParams rp;
-  rp.q = view(q.p, DType::kBF16, {b, 1, h_q, d});
+  rp.q = bnhd_view(o, q.p, DType::kBF16, b, 1, h_q, d);
   rp.summaries = sp.summaries;
   rp.n_k = n;
   rp.method = m;
@@ -289,8 +313,8 @@ Row bench_decode(Backend& be, const Options& o, int64_t n, cudaStream_t st) {
   DenseParams dp;
   dp.q = rp.q;
   dp.k = sp.k;
-  dp.v = view(v.p, DType::kBF16, {b, n, h_kv, d});
-  dp.o = view(out.p, DType::kBF16, {b, 1, h_q, d});
+  dp.v = bnhd_view(o, v.p, DType::kBF16, b, n, h_kv, d);
+  dp.o = bnhd_view(o, out.p, DType::kBF16, b, 1, h_q, d);
   const AttendParams ap = attend_params(rp, sp, dp, m);
   const ProblemShape shape = attend_shape(ap);
   size_t ws_bytes = std::max(cuda::attend_workspace_bytes(shape, false), cuda::attend_workspace_bytes(shape, true));
@@ -316,9 +340,9 @@ Row bench_decode(Backend& be, const Options& o, int64_t n, cudaStream_t st) {
     CK(cudaMemcpy(sb.p, summ.p, summ.bytes, cudaMemcpyDeviceToDevice));
     CK(cudaMemcpy(qb.p, q.p, q.bytes, cudaMemcpyDeviceToDevice));
     sp_at.push_back(sp);
-    sp_at.back().summaries = view(sb.p, DType::kBF16, {b, nc, h_kv, d});
+    sp_at.back().summaries = bnhd_view(o, sb.p, DType::kBF16, b, nc, h_kv, d);
     rp_at.push_back(rp);
-    rp_at.back().q = view(qb.p, DType::kBF16, {b, 1, h_q, d});
+    rp_at.back().q = bnhd_view(o, qb.p, DType::kBF16, b, 1, h_q, d);
     rp_at.back().summaries = sp_at.back().summaries;
   }
   auto rotated = [&](const std::function<void(cudaStream_t, int)>& body) {
@@ -512,6 +536,13 @@ int main(int argc, char** argv) {
       o.decode = false;
     } else if (a == "--warm-l2") {
       o.warm_l2 = true;
+    } else if (a == "--layout") {
+      const std::string name = next();
+      if (name != "bnhd" && name != "bhnd") {
+        std::fprintf(stderr, "--layout: expected bnhd or bhnd, got '%s'\n", name.c_str());
+        return 2;
+      }
+      o.heads_major = name == "bhnd";
     } else if (a == "--decode-only") {
       o.prefill = false;
     } else if (a == "--decode-batch") {
@@ -522,7 +553,7 @@ int main(int argc, char** argv) {
       }
     } else {
       std::fprintf(stderr, "usage: %s [--sizes 16384,32768,65536] [--sparsities 0.75,0.875,0.9375] [--reps 30] "
-                   "[--prior estimate_diagonal|raw|none] [--prefill-only|--decode-only] [--decode-batch 24] [--decode-splits 5,8,11] [--step-variants] [--warm-l2]\n",
+                   "[--prior estimate_diagonal|raw|none] [--prefill-only|--decode-only] [--decode-batch 24] [--decode-splits 5,8,11] [--step-variants] [--warm-l2] [--layout bnhd|bhnd]\n",
                    argv[0]);
       return 2;
     }
@@ -532,7 +563,7 @@ int main(int argc, char** argv) {
     std::printf("no CUDA device: %s\n", be ? be->probe().reason.c_str() : "backend not compiled in");
     return 77;
   }
-  std::printf("{\"device\":\"%s\"}\n", be->probe().reason.c_str());
+  std::printf("{\"device\":\"%s\",\"layout\":\"%s\"}\n", be->probe().reason.c_str(), o.heads_major ? "bhnd" : "bnhd");
   cudaStream_t st;
   CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   // What timing one replay costs with nothing in it: a graph of one empty kernel, timed as every figure is. Each

@@ -4,6 +4,10 @@ PyTorch SDPA with the cuDNN and the FlashAttention backends (prefill b=1 causal,
 FlexAttention with a random block-sparse BlockMask of 128 x 128 tiles shared by all heads at each sparsity
 (prefill). Medians of CUDA-event timings after warm-up, on random (never zero) bf16 inputs. One JSON object per
 line on stdout.
+
+--layout says how q, k and v lie in memory: bhnd ([b, h, n, d], SDPA's own order, the default) or bnhd ([b, n, h, d],
+FlashAttention's and the library's logical order, passed to SDPA as a transposed view). dashattn_gpu_bench's option
+of the same name times our kernels on either, so that both sides can run on the same memory layout.
 """
 import argparse
 import json
@@ -60,24 +64,46 @@ def main():
     ap.add_argument("--sparsities", default="0.75,0.875,0.9375")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--decode-batch", type=int, default=24)
+    ap.add_argument("--layout", choices=("bhnd", "bnhd"), default="bhnd")
+    ap.add_argument("--no-flex", action="store_true", help="skip FlexAttention (its compilation takes minutes)")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     sparsities = [float(s) for s in args.sparsities.split(",")]
     dev = "cuda"
     emit(device=torch.cuda.get_device_name(), torch=torch.__version__, cuda=torch.version.cuda,
-         cudnn=torch.backends.cudnn.version())
+         cudnn=torch.backends.cudnn.version(), layout=args.layout)
+
+    def randn(b, h, n, gen):
+        """A [b, h, n, d] tensor (SDPA's order) whose memory is in --layout's order."""
+        if args.layout == "bhnd":
+            return torch.randn(b, h, n, d, device=dev, dtype=torch.bfloat16, generator=gen)
+        return torch.randn(b, n, h, d, device=dev, dtype=torch.bfloat16, generator=gen).transpose(1, 2)
+
     hq, hkv, d = 32, 2, 128
+    # The measured ceilings that achieved rates are quoted against (benchmark-protocol.md: device copy, read +
+    # write; a large bf16 matmul).
+    src = torch.randn(1 << 29, device=dev, dtype=torch.bfloat16)  # 1 GiB
+    dst = torch.empty_like(src)
+    ms = median_ms(lambda: dst.copy_(src), args.reps)
+    emit(mode="ceiling", n=0, what="copy_tbps", ms=ms, tbps=2 * src.numel() * 2 / (ms * 1e-3) / 1e12)
+    del src, dst
+    a = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
+    b = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
+    ms = median_ms(lambda: torch.mm(a, b), args.reps)
+    emit(mode="ceiling", n=0, what="matmul_tflops", ms=ms, tflops=2 * 8192 ** 3 / (ms * 1e-3) / 1e12)
+    del a, b
+    torch.cuda.empty_cache()
     flex = None
     try:
+        if args.no_flex:
+            raise RuntimeError("skipped (--no-flex)")
         from torch.nn.attention.flex_attention import flex_attention, create_block_mask  # noqa: F401
         flex = torch.compile(flex_attention, dynamic=False)
     except Exception as e:  # pragma: no cover - reported, not fatal
         emit(error=f"flex_attention unavailable: {e}")
     for n in sizes:
         g = torch.Generator(device=dev).manual_seed(n)
-        q = torch.randn(1, hq, n, d, device=dev, dtype=torch.bfloat16, generator=g)
-        k = torch.randn(1, hkv, n, d, device=dev, dtype=torch.bfloat16, generator=g)
-        v = torch.randn(1, hkv, n, d, device=dev, dtype=torch.bfloat16, generator=g)
+        q, k, v = randn(1, hq, n, g), randn(1, hkv, n, g), randn(1, hkv, n, g)
         for name, be in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
             try:
                 emit(mode="prefill", n=n, what=f"sdpa_{name}", ms=median_ms(sdpa(be, q, k, v, True), args.reps))
@@ -100,9 +126,7 @@ def main():
                     emit(mode="prefill", n=n, what="flex_block_sparse", s=s, error=str(e)[:200])
         del q, k, v
         b = args.decode_batch
-        q = torch.randn(b, hq, 1, d, device=dev, dtype=torch.bfloat16, generator=g)
-        k = torch.randn(b, hkv, n, d, device=dev, dtype=torch.bfloat16, generator=g)
-        v = torch.randn(b, hkv, n, d, device=dev, dtype=torch.bfloat16, generator=g)
+        q, k, v = randn(b, hq, 1, g), randn(b, hkv, n, g), randn(b, hkv, n, g)
         for name, be in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
             try:
                 call = sdpa(be, q, k, v, False)
