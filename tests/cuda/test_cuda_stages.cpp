@@ -308,6 +308,74 @@ TEST_CASE("cuda decode routing: the wide and cluster kernels agree bit for bit")
   }
 }
 
+// A summary cache laid out [b, h_kv, chunks, d] (each (sequence, KV head) pair's summaries one contiguous run, as
+// keys are in an SDPA-style [b, h, n, d] cache) is the same logical view with permuted strides: Stage 0 writes the
+// same bits into it and Stage 1 routes from it bit for bit as from the default [b, chunks, h_kv, d] layout, on the
+// single-sweep prefill kernel and on both decode kernels (wide: 36 sequences; clusters: 2), q heads-major too.
+TEST_CASE("cuda routing: heads-major summaries and q route bit for bit as the default layout") {
+  if (!compiled(128)) return;
+  struct Shape {
+    const char* name;
+    ref::ProblemSpec spec;
+  };
+  const Shape shapes[] = {
+      {"prefill b=1, n=1000, g=16", spec(1, 1000, 1000, 32, 2, 128, DType::kBF16, 8.0, 81)},
+      {"decode wide b=36, n_k=8192, g=16", spec(36, 1, 8192, 32, 2, 128, DType::kBF16, 8.0, 82)},
+      {"decode clusters b=2, n_k=8192, g=16", spec(2, 1, 8192, 32, 2, 128, DType::kBF16, 8.0, 83)},
+  };
+  for (const Shape& s : shapes) {
+    INFO("case " << s.name);
+    const ref::Problem pr = ref::make_problem(s.spec);
+    DeviceProblem dp = to_device(pr);
+    MethodParams m;
+    const StageOutputs base = run_stages(pr, dp, m);
+    const int64_t b = s.spec.batch, h = s.spec.h_kv, nc = base.max_chunks, d = s.spec.d;
+    const Device dev = dp.q.view.device;
+
+    // Stage 0 into the heads-major cache: the default cache's bits, permuted.
+    DeviceTensor cache = device_filled(DType::kBF16, {b, h, nc, d}, 0xFF);
+    const TensorView cache_view = from_bhnd(cache.view.data, DType::kBF16, b, h, nc, d, dev);
+    SummarizeParams sp;
+    sp.k = dp.k.view;
+    sp.summary_query = dp.summary_query.view;
+    sp.summaries = cache_view;
+    sp.method = m;
+    summarize(cuda_backend(), sp);
+    const std::vector<uint16_t> bnhd = to_host<uint16_t>(base.summaries.view), bhnd = to_host<uint16_t>(cache.view);
+    int64_t differing = 0;
+    for (int64_t i = 0; i < b; ++i)
+      for (int64_t c = 0; c < nc; ++c)
+        for (int64_t r = 0; r < h; ++r)
+          for (int64_t e = 0; e < d; ++e)
+            differing += bnhd[size_t(((i * nc + c) * h + r) * d + e)] != bhnd[size_t(((i * h + r) * nc + c) * d + e)];
+    CHECK(differing == 0);
+
+    // q heads-major as well: the same values, copied on the host.
+    const int64_t n_q = s.spec.n_q, h_q = s.spec.h_q;
+    const std::vector<uint16_t> q_bnhd = to_host<uint16_t>(dp.q.view);
+    std::vector<uint16_t> q_bhnd(q_bnhd.size());
+    for (int64_t i = 0; i < b; ++i)
+      for (int64_t t = 0; t < n_q; ++t)
+        for (int64_t r = 0; r < h_q; ++r)
+          std::memcpy(&q_bhnd[size_t(((i * h_q + r) * n_q + t) * d)], &q_bnhd[size_t(((i * n_q + t) * h_q + r) * d)],
+                      size_t(d) * 2);
+    DeviceTensor q_dev = device_filled(DType::kBF16, {b, h_q, n_q, d}, 0);
+    cuda_backend().copy(q_dev.view.data, q_bhnd.data(), q_bhnd.size() * 2, CopyKind::kHostToDevice, nullptr);
+    const TensorView q_view = from_bhnd(q_dev.view.data, DType::kBF16, b, h_q, n_q, d, dev);
+
+    StageOutputs routed;
+    routed.mask = device_filled(DType::kU32, {b, h, n_q, base.words}, 0xFF);
+    routed.tau = device_filled(DType::kF32, {b, h_q, n_q}, 0xFF);
+    routed.mu = device_filled(DType::kF32, {b, h, n_q}, 0xFF);
+    routed.active = device_filled(DType::kI32, {b, h, n_q}, 0xFF);
+    route_into(q_view, cache_view, pr.padded_n_k(), dp.batch, m, routed);
+    CHECK(to_host<uint32_t>(routed.mask.view) == to_host<uint32_t>(base.mask.view));
+    CHECK(to_host<uint32_t>(routed.tau.view) == to_host<uint32_t>(base.tau.view));
+    CHECK(to_host<uint32_t>(routed.mu.view) == to_host<uint32_t>(base.mu.view));
+    CHECK(to_host<int32_t>(routed.active.view) == to_host<int32_t>(base.active.view));
+  }
+}
+
 // Nearly equal scores (q_std 0.02) make every chunk of every row a candidate, more than the single-sweep kernel's
 // lists hold, so every block overflows (C = 16, d = 128, g = 2).
 static void check_overflow_case(const char* name, ref::ProblemSpec problem) {
