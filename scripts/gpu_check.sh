@@ -73,7 +73,7 @@ done
 att="$BUILD/tests/cuda_attend/test_cuda_attend_kernels"
 if [ -x "$att" ]; then
   for tool in memcheck racecheck initcheck synccheck; do
-    ATTEND_CASES="wgmma g16|wgmma chunk masks est lengths|wgmma varlen|wgmma chunk masks raw|split 3|table rounds|prior raw g16 7 warps|wgmma padded warpgroups|wgmma 3 stages|wgmma one tile per union" \
+    ATTEND_CASES="wgmma g16|wgmma chunk masks est lengths|wgmma varlen|wgmma chunk masks raw|split 3|table rounds|prior raw g16 7 warps|wgmma padded warpgroups|wgmma 3 stages|wgmma one tile per union|wgmma g2 chunk masks" \
       timeout 200 compute-sanitizer --tool $tool --error-exitcode 3 "$att" >>"$OUT/sanitizer.log" 2>&1
     rc=$?
     [ $rc -eq 0 ] || failed=1

@@ -221,6 +221,28 @@ __device__ __forceinline__ void attend_tile_records(const AttendArgs& a, const S
     own = token_routing(a, sp, kv_head, first_token + lane);
     own_wg = token_warpgroups<Cfg>(first_token + lane, row0, a.group);
   }
+  if (n_tokens <= 32) {
+    // Every token has a lane (g >= 4 at 128 rows: the benchmark's and most models' groups). The same records, from a
+    // loop without the wider blocks' token slots, whose routing state and inlined token_routing made the walk spill
+    // ~11 values per tile at the producer warpgroup's 56 registers; the record warp shares its scheduler with one
+    // warp of each consumer warpgroup, so its issue slots are theirs (perf-log.md, twenty-sixth pass).
+    for (int it = 0; it < n_iter; ++it) {
+      const uint32_t pos = ring_pos + uint32_t(it);
+      const int stage = int(pos % kStages);
+      const int64_t tile = cursor.next(sUnion);
+      const uint64_t own_keys = own_slot ? row_tile_keys(own, own_words, tile, a.chunk, a.log2_chunk, a.dense) : 0ull;
+      if (pos >= uint32_t(kStages)) mma::mbar_wait(empty_bar + 8u * stage, (pos / kStages - 1) & 1u);
+      unsigned char* meta = sMeta + size_t(stage) * Cfg::kMetaStageBytes;
+      if (own_slot) reinterpret_cast<uint64_t*>(meta + 16)[lane] = own_keys;
+      const uint32_t need = __reduce_or_sync(0xffffffffu, own_keys != 0ull ? own_wg : 0u);
+      if (lane == 0) {
+        *reinterpret_cast<int64_t*>(meta) = tile;
+        *reinterpret_cast<uint32_t*>(meta + 8) = need;
+      }
+      mma::mbar_arrive(full_bar + 8u * stage);  // releases this lane's writes to the consumers
+    }
+    return;
+  }
   for (int it = 0; it < n_iter; ++it) {
     const uint32_t pos = ring_pos + uint32_t(it);
     const int stage = int(pos % kStages);

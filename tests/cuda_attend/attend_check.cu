@@ -456,6 +456,8 @@ std::vector<Case> conformance_cases() {
   { Case c = base; c.name = "table rounds 4 warps C16 est"; c.warps = 4; c.chunk = 16; c.prior = PriorMode::kEstimateDiagonal; c.keep = 0.8; c.h_q = 8; c.h_kv = 2; c.n_q = {40}; c.n_k = {12000}; add(c); }
   // Warpgroups whose 64 rows cut tokens (g = 6) or share one token (g = 32): each skips only the tiles none of its
   // own rows attend.
+  // 64 tokens per CTA: the record warp's walk for blocks of more than 32 tokens (attend_tile_records).
+  { Case c = base; c.name = "wgmma g2 chunk masks raw"; c.warps = 8; c.h_q = 4; c.h_kv = 2; c.chunk_masks = true; c.prior = PriorMode::kRaw; c.n_q = {300}; c.n_k = {300}; add(c); }
   { Case c = base; c.name = "wgmma g6 tokens across warpgroups"; c.warps = 8; c.h_q = 12; c.h_kv = 2; c.prior = PriorMode::kRaw; c.n_q = {333}; c.n_k = {333}; add(c); }
   { Case c = base; c.name = "wgmma g32 one token per CTA"; c.warps = 8; c.h_q = 32; c.h_kv = 1; c.keep = 0.4; c.n_q = {140}; c.n_k = {260}; add(c); }
   // Warpgroups over padded sequences with chunk masks: in sequence 0 a warpgroup that attends every tile of its
