@@ -5,6 +5,7 @@
 #include <cuda.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "attend_args.cuh"
 #include "attend_bias.cuh"
@@ -221,11 +222,12 @@ __device__ __forceinline__ void attend_tile_records(const AttendArgs& a, const S
     own = token_routing(a, sp, kv_head, first_token + lane);
     own_wg = token_warpgroups<Cfg>(first_token + lane, row0, a.group);
   }
-  if (n_tokens <= 32) {
-    // Every token has a lane (g >= 4 at 128 rows: the benchmark's and most models' groups). The same records, from a
-    // loop without the wider blocks' token slots, whose routing state and inlined token_routing made the walk spill
-    // ~11 values per tile at the producer warpgroup's 56 registers; the record warp shares its scheduler with one
-    // warp of each consumer warpgroup, so its issue slots are theirs (perf-log.md, twenty-sixth pass).
+  // One walk, instantiated twice: blocks of at most 32 tokens (g >= 4 at 128 rows: the benchmark's and most models'
+  // groups), where every token has a lane, without the wider blocks' token slots. With the slots' routing state and
+  // inlined token_routing in the same loop, the walk spilled ~11 values per tile at the producer warpgroup's 56
+  // registers; the record warp shares its scheduler with one warp of each consumer warpgroup (perf-log.md,
+  // twenty-sixth pass).
+  auto walk = [&](auto wide) {
     for (int it = 0; it < n_iter; ++it) {
       const uint32_t pos = ring_pos + uint32_t(it);
       const int stage = int(pos % kStages);
@@ -233,41 +235,31 @@ __device__ __forceinline__ void attend_tile_records(const AttendArgs& a, const S
       const uint64_t own_keys = own_slot ? row_tile_keys(own, own_words, tile, a.chunk, a.log2_chunk, a.dense) : 0ull;
       if (pos >= uint32_t(kStages)) mma::mbar_wait(empty_bar + 8u * stage, (pos / kStages - 1) & 1u);
       unsigned char* meta = sMeta + size_t(stage) * Cfg::kMetaStageBytes;
-      if (own_slot) reinterpret_cast<uint64_t*>(meta + 16)[lane] = own_keys;
-      const uint32_t need = __reduce_or_sync(0xffffffffu, own_keys != 0ull ? own_wg : 0u);
+      uint64_t* keys = reinterpret_cast<uint64_t*>(meta + 16);
+      uint32_t need = own_keys != 0ull ? own_wg : 0u;
+      if (own_slot) keys[lane] = own_keys;
+      if constexpr (decltype(wide)::value) {
+        for (int slot = lane + 32; slot < n_tokens; slot += 32) {
+          const int64_t token = first_token + slot;
+          const RowRouting rr = token_routing(a, sp, kv_head, token);
+          MaskWordCache words;
+          const uint64_t k = row_tile_keys(rr, words, tile, a.chunk, a.log2_chunk, a.dense);
+          keys[slot] = k;
+          if (k != 0ull) need |= token_warpgroups<Cfg>(token, row0, a.group);
+        }
+      }
+      need = __reduce_or_sync(0xffffffffu, need);
       if (lane == 0) {
         *reinterpret_cast<int64_t*>(meta) = tile;
         *reinterpret_cast<uint32_t*>(meta + 8) = need;
       }
       mma::mbar_arrive(full_bar + 8u * stage);  // releases this lane's writes to the consumers
     }
-    return;
-  }
-  for (int it = 0; it < n_iter; ++it) {
-    const uint32_t pos = ring_pos + uint32_t(it);
-    const int stage = int(pos % kStages);
-    const int64_t tile = cursor.next(sUnion);
-    const uint64_t own_keys = own_slot ? row_tile_keys(own, own_words, tile, a.chunk, a.log2_chunk, a.dense) : 0ull;
-    if (pos >= uint32_t(kStages)) mma::mbar_wait(empty_bar + 8u * stage, (pos / kStages - 1) & 1u);
-    unsigned char* meta = sMeta + size_t(stage) * Cfg::kMetaStageBytes;
-    uint64_t* keys = reinterpret_cast<uint64_t*>(meta + 16);
-    uint32_t need = own_keys != 0ull ? own_wg : 0u;
-    if (own_slot) keys[lane] = own_keys;
-    for (int slot = lane + 32; slot < n_tokens; slot += 32) {
-      const int64_t token = first_token + slot;
-      const RowRouting rr = token_routing(a, sp, kv_head, token);
-      MaskWordCache words;
-      const uint64_t k = row_tile_keys(rr, words, tile, a.chunk, a.log2_chunk, a.dense);
-      keys[slot] = k;
-      if (k != 0ull) need |= token_warpgroups<Cfg>(token, row0, a.group);
-    }
-    need = __reduce_or_sync(0xffffffffu, need);
-    if (lane == 0) {
-      *reinterpret_cast<int64_t*>(meta) = tile;
-      *reinterpret_cast<uint32_t*>(meta + 8) = need;
-    }
-    mma::mbar_arrive(full_bar + 8u * stage);  // releases this lane's writes to the consumers
-  }
+  };
+  if (n_tokens <= 32)
+    walk(std::false_type{});
+  else
+    walk(std::true_type{});
 }
 
 // The persistent kernel's record warp on an item of the per-warp path, which reads no records: only the arrivals
