@@ -1,0 +1,43 @@
+"""The GPU benchmark's report (bench/gpu/run_gpu_bench.py): the achieved rates it prints against the run's measured
+ceilings, checked on hand-computed inputs. Needs no GPU: the report is plain arithmetic over the measurements."""
+
+import importlib.util
+import pathlib
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
+
+
+def load_report():
+    spec = importlib.util.spec_from_file_location("run_gpu_bench", ROOT / "bench" / "gpu" / "run_gpu_bench.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_no_ceilings_no_rates():
+    assert load_report().achieved_rates({}, [], [32768], [0.75]) == []
+
+
+def test_rates_follow_the_work_and_the_bytes():
+    n, s = 32768, 0.75
+    m = {
+        ("ceiling", 0, "copy_tbps", None): {"ms": 0.7, "tbps": 3.0},
+        ("ceiling", 0, "matmul_tflops", None): {"ms": 1.4, "tflops": 800.0},
+        # causal dense work 2 n^2 d h_q = 8.796e12 FLOP: 8.796 ms is 1000 TFLOP/s
+        ("prefill", n, "sdpa_cudnn", None): {"ms": 2 * n * n * 128 * 32 / 1e12},
+        # Stage 2 attending kept * (n/2 - 32) + 32 keys per query: 4 n keys d h_q FLOP
+        ("prefill", n, "stage2_chunk", s): {"ms": 4.0 * n * (0.25 * (n / 2 - 32) + 32) * 128 * 32 / 1e12},
+        # decode: 24 x 2 heads x (0.25 * 511 * 64 + 64) keys x 128 x 2 bytes x (K and V) = 202.5 MB in 0.0675 ms
+        ("decode", n, "stage2_token", s): {"ms": 24 * 2 * 8240 * 128 * 4 / 3e12 * 1e3},
+        ("decode", n, "dense_ours", None): {"ms": 24 * 2 * n * 128 * 4 / 2.5e12 * 1e3},
+    }
+    ours = [{"mode": "prefill", "n": n, "what": "stage2_chunk", "s": s, "kept": 0.25},
+            {"mode": "decode", "n": n, "what": "stage2_token", "s": s, "kept": 0.25}]
+    lines = load_report().achieved_rates(m, ours, [n], [s])
+    text = "\n".join(lines)
+    assert "device copy 3.00 TB/s" in text and "matmul 800 TFLOP/s" in text
+    row = next(line for line in lines if line.startswith("- 32K"))
+    assert "cuDNN 1000" in row
+    assert "S2 75% 1000" in row
+    assert "best dense 2.50" in row
+    assert "S2 75% 3.00" in row
