@@ -36,47 +36,38 @@ def fmt(x, nd=3):
     return "n/a" if x is None else f"{x:.{nd}f}"
 
 
-def achieved_rates(m, ours, sizes, sp):
+def achieved_rates(m, sizes, sp):
     """Lines of achieved rates against this run's measured ceilings: prefill TFLOP/s of the dense kernels (causal
     work, 2 n^2 d h_q FLOP) and of Stage 2 at the chunk draws (the work of the keys it attends), decode Stage 2 in
-    TB/s of the K/V it reads (the random mask's kept chunks plus each token's own chunk)."""
-    def get(mode, n, what, s=None):
-        r = m.get((mode, n, what, s))
-        return r if r else None
-    copy, mm = get("ceiling", 0, "copy_tbps"), get("ceiling", 0, "matmul_tflops")
+    TB/s of the K/V it reads (the random mask's kept chunks plus each token's own chunk). m: the run's measurements by
+    (mode, n, what, s); a Stage-2 row carries the kept fraction of its mask."""
+    copy, mm = m.get(("ceiling", 0, "copy_tbps", None)), m.get(("ceiling", 0, "matmul_tflops", None))
     if copy is None or mm is None:
         return []
     hq, hkv, d, C, b = 32, 2, 128, 64, 24
+    per_s = lambda flop_or_bytes, r: flop_or_bytes / (r["ms"] * 1e-3) / 1e12  # TFLOP/s or TB/s
     lines = ["", f"Ceilings in this run: device copy {copy['tbps']:.2f} TB/s (read + write), bf16 8192^3 matmul "
              f"{mm['tflops']:.0f} TFLOP/s. Achieved:", ""]
     for n in sizes:
         dense_flop = 2.0 * n * n * d * hq  # causal: half of 4 n^2 d h_q
-        cells = []
-        for what, label in (("sdpa_cudnn", "cuDNN"), ("dense_ours", "ours dense")):
-            r = get("prefill", n, what)
-            if r:
-                cells.append(f"{label} {dense_flop / (r['ms'] * 1e-3) / 1e12:.0f}")
-        for s in sp:
-            r = get("prefill", n, "stage2_chunk", s)
-            kept = next((x.get("kept") for x in ours if x.get("mode") == "prefill" and x.get("n") == n and
-                         x.get("what") == "stage2_chunk" and x.get("s") == s), None)
-            if r and kept is not None:
-                # Per query: kept routable chunks (before its own) plus the causal part of its own chunk.
-                keys = kept * (n / 2 - C / 2) + C / 2
-                cells.append(f"S2 {s * 100:g}% {4.0 * n * keys * d * hq / (r['ms'] * 1e-3) / 1e12:.0f}")
+        cells = [f"{label} {per_s(dense_flop, r):.0f}"
+                 for what, label in (("sdpa_cudnn", "cuDNN"), ("dense_ours", "ours dense"))
+                 if (r := m.get(("prefill", n, what, None)))]
         dec = []
         for s in sp:
-            r = get("decode", n, "stage2_token", s)
-            kept = next((x.get("kept") for x in ours if x.get("mode") == "decode" and x.get("n") == n and
-                         x.get("what") == "stage2_token" and x.get("s") == s), None)
-            if r and kept is not None:
+            r = m.get(("prefill", n, "stage2_chunk", s))
+            if r and r.get("kept") is not None:
+                # Per query: kept routable chunks (before its own) plus the causal part of its own chunk.
+                keys = r["kept"] * (n / 2 - C / 2) + C / 2
+                cells.append(f"S2 {s * 100:g}% {per_s(4.0 * n * keys * d * hq, r):.0f}")
+            r = m.get(("decode", n, "stage2_token", s))
+            if r and r.get("kept") is not None:
                 diag = (n - 1) // C
-                tokens = kept * diag * C + (n - diag * C)
-                dec.append(f"S2 {s * 100:g}% {b * hkv * tokens * d * 2 * 2 / (r['ms'] * 1e-3) / 1e12:.2f}")
-        dense = [x for x in (get("decode", n, "sdpa_cudnn"), get("decode", n, "sdpa_flash"), get("decode", n, "dense_ours")) if x]
+                tokens = r["kept"] * diag * C + (n - diag * C)
+                dec.append(f"S2 {s * 100:g}% {per_s(b * hkv * tokens * d * 2 * 2, r):.2f}")
+        dense = [r for what in ("sdpa_cudnn", "sdpa_flash", "dense_ours") if (r := m.get(("decode", n, what, None)))]
         if dense:
-            best = min(x["ms"] for x in dense)
-            dec.insert(0, f"best dense {b * hkv * n * d * 2 * 2 / (best * 1e-3) / 1e12:.2f}")
+            dec.insert(0, f"best dense {per_s(b * hkv * n * d * 2 * 2, min(dense, key=lambda r: r['ms'])):.2f}")
         lines.append(f"- {n // 1024}K: prefill TFLOP/s " + ", ".join(cells) + "; decode TB/s of K/V read " +
                      ", ".join(dec) + ".")
     return lines
@@ -184,7 +175,7 @@ def main():
                 out.append("")
                 out.append("Best dense decode timed ten calls back to back, and the step against it: " +
                            "; ".join(notes) + ".")
-    out.extend(achieved_rates(m, ours, sizes, sp))
+    out.extend(achieved_rates(m, sizes, sp))
     text = "\n".join(out)
     with open(os.path.join(args.out, "table.md"), "w") as f:
         f.write(text + "\n")

@@ -15,7 +15,7 @@ def load_report():
 
 
 def test_no_ceilings_no_rates():
-    assert load_report().achieved_rates({}, [], [32768], [0.75]) == []
+    assert load_report().achieved_rates({}, [32768], [0.75]) == []
 
 
 def test_rates_follow_the_work_and_the_bytes():
@@ -26,14 +26,12 @@ def test_rates_follow_the_work_and_the_bytes():
         # causal dense work 2 n^2 d h_q = 8.796e12 FLOP: 8.796 ms is 1000 TFLOP/s
         ("prefill", n, "sdpa_cudnn", None): {"ms": 2 * n * n * 128 * 32 / 1e12},
         # Stage 2 attending kept * (n/2 - 32) + 32 keys per query: 4 n keys d h_q FLOP
-        ("prefill", n, "stage2_chunk", s): {"ms": 4.0 * n * (0.25 * (n / 2 - 32) + 32) * 128 * 32 / 1e12},
+        ("prefill", n, "stage2_chunk", s): {"ms": 4.0 * n * (0.25 * (n / 2 - 32) + 32) * 128 * 32 / 1e12, "kept": 0.25},
         # decode: 24 x 2 heads x (0.25 * 511 * 64 + 64) keys x 128 x 2 bytes x (K and V) = 202.5 MB in 0.0675 ms
-        ("decode", n, "stage2_token", s): {"ms": 24 * 2 * 8240 * 128 * 4 / 3e12 * 1e3},
+        ("decode", n, "stage2_token", s): {"ms": 24 * 2 * 8240 * 128 * 4 / 3e12 * 1e3, "kept": 0.25},
         ("decode", n, "dense_ours", None): {"ms": 24 * 2 * n * 128 * 4 / 2.5e12 * 1e3},
     }
-    ours = [{"mode": "prefill", "n": n, "what": "stage2_chunk", "s": s, "kept": 0.25},
-            {"mode": "decode", "n": n, "what": "stage2_token", "s": s, "kept": 0.25}]
-    lines = load_report().achieved_rates(m, ours, [n], [s])
+    lines = load_report().achieved_rates(m, [n], [s])
     text = "\n".join(lines)
     assert "device copy 3.00 TB/s" in text and "matmul 800 TFLOP/s" in text
     row = next(line for line in lines if line.startswith("- 32K"))
