@@ -1,5 +1,6 @@
-// The prior bias of routed chunks inside the Stage-2 kernel: one warp per chunk (chunk_bias_log2) or the
-// producer warp's per-stage table (fill_stage_bias). See attend_kernel.cuh for when each is used.
+// The prior bias of routed chunks inside the Stage-2 kernel: one warp per chunk (chunk_bias_log2), the producer
+// warp's per-stage table (fill_stage_bias), or the consumer warps' own rows (ConsumerRowBias, for the per-CTA table
+// and the per-tile bias). See attend_kernel.cuh for when each is used.
 #pragma once
 
 #include <cstdint>
@@ -155,5 +156,95 @@ __device__ void fill_stage_bias(const AttendArgs& a, const SequenceSpan& sp, int
     __syncwarp();
   }
 }
+
+// The prior bias that the consumer warps rebuild for their own rows (the instances with kConsumerBias: g divides 16,
+// so a warp's 16 rows are whole tokens): for this thread's two fragment rows (lane / 4 and lane / 4 + 8 of the warp's
+// slab) from x = the warp's Q rows times k̄ rows of one m16n8k16 n-tile. Used by the per-CTA table (attend_table.cuh)
+// and by the per-tile bias of the main loop.
+template <int kHeadDim>
+struct ConsumerRowBias {
+  const AttendArgs& a;
+  int g, lane;
+  // g divides 16, so it is a power of two and sum * (1 / g) rounds exactly as sum / g (without the division's
+  // slow-path check).
+  float inv_g;
+  const float2* row_tau_mu;  // [16] of the warp's rows: τ of the row's head, μ of its token
+  float* row_bias;           // [16][4]: the bias of the current tile's chunks 0..3 per row (the per-tile bias)
+
+  // The bias (log2 units) of a token from the group sum of its heads' entmax weights and its mu.
+  __device__ __forceinline__ float bias_of(float sum, float mu) const {
+    float w = sum * inv_g;
+    // The mask bit is ground truth: a weight that recomputes to zero still gets a finite bias.
+    if (!(w > 0.0f)) w = kMinRoutedWeight;
+    return prior_bias(a.prior, logf(w), mu, a.inv_sigma) * 1.4426950408889634f;
+  }
+  // The bias of row a's token (lane / 4) from a group sum.
+  __device__ __forceinline__ float row_a_bias(float sum) const { return bias_of(sum, row_tau_mu[lane / 4].y); }
+  // Group sums of the n-tile's columns 2 t4 and 2 t4 + 1 (chunks) for this thread's two rows, from x (columns 4..7
+  // repeat rows 0..3 of the buffer): each head's entmax weight summed over its token's rows (the butterfly below).
+  __device__ __forceinline__ void group_sums(const float (&x)[4], float& sa0, float& sa1, float& sb0,
+                                             float& sb1) const {
+    const float x_scale = (a.alpha - 1.0f) * a.gamma * rsqrtf(float(kHeadDim));
+    const float tau_a = row_tau_mu[lane / 4].x, tau_b = row_tau_mu[lane / 4 + 8].x;
+    const float wa0 = entmax_weight(x_scale * x[0], tau_a, a.alpha);
+    const float wa1 = entmax_weight(x_scale * x[1], tau_a, a.alpha);
+    const float wb0 = entmax_weight(x_scale * x[2], tau_b, a.alpha);
+    const float wb1 = entmax_weight(x_scale * x[3], tau_b, a.alpha);
+    // The group sum: a token's g rows are g consecutive fragment rows (lane groups lane / 4, and for g = 16 both
+    // halves), so a butterfly over those lanes adds them in a fixed order that every Stage-2 path shares (a decode
+    // step and its prefill row rebuild bitwise-equal biases). It is not group_weight's head order, which changes the
+    // bias by a rounding at most; the mask bit, not the weight, decides what is routed.
+    sa0 = wa0, sa1 = wa1, sb0 = wb0, sb1 = wb1;
+    if (g == 16) {
+      sa0 += wb0;
+      sa1 += wb1;
+#pragma unroll
+      for (int off = 4; off < 32; off <<= 1) {
+        sa0 += __shfl_xor_sync(0xffffffffu, sa0, off);
+        sa1 += __shfl_xor_sync(0xffffffffu, sa1, off);
+      }
+      sb0 = sa0;
+      sb1 = sa1;
+    } else {
+      // g divides 8: a token's rows lie within one half, at lane groups that differ in the low log2(g) bits.
+      for (int off = 4; off < 4 * g; off <<= 1) {
+        sa0 += __shfl_xor_sync(0xffffffffu, sa0, off);
+        sa1 += __shfl_xor_sync(0xffffffffu, sa1, off);
+        sb0 += __shfl_xor_sync(0xffffffffu, sb0, off);
+        sb1 += __shfl_xor_sync(0xffffffffu, sb1, off);
+      }
+    }
+  }
+  // The biases of this thread's two rows for columns 2 t4 and 2 t4 + 1 of x.
+  __device__ __forceinline__ void group_bias(const float (&x)[4], float& ba0, float& ba1, float& bb0,
+                                             float& bb1) const {
+    float sa0, sa1, sb0, sb1;
+    group_sums(x, sa0, sa1, sb0, sb1);
+    const float mu_a = row_tau_mu[lane / 4].y, mu_b = row_tau_mu[lane / 4 + 8].y;
+    ba0 = bias_of(sa0, mu_a);
+    ba1 = bias_of(sa1, mu_a);
+    if (g == 16) {
+      // Both rows are the same token (sb = sa, mu_b = mu_a): the same two biases, without two more logarithms.
+      // The logarithms were most of the bias table's instructions (perf-log.md, seventh pass).
+      bb0 = ba0;
+      bb1 = ba1;
+    } else {
+      bb0 = bias_of(sb0, mu_b);
+      bb1 = bias_of(sb1, mu_b);
+    }
+  }
+  // The per-tile bias: the tile's chunks 0..3 (x of its k̄ rows) into row_bias.
+  __device__ __forceinline__ void store_tile(const float (&x)[4]) const {
+    float ba0, ba1, bb0, bb1;
+    group_bias(x, ba0, ba1, bb0, bb1);
+    // Every lane is done reading the previous tile's biases (the shuffles between do not order memory).
+    __syncwarp();
+    if (lane % 4 < 2) {  // columns 2 * t4 and 2 * t4 + 1 are chunks 0..3 of the tile
+      *reinterpret_cast<float2*>(row_bias + (lane / 4) * 4 + 2 * (lane % 4)) = make_float2(ba0, ba1);
+      *reinterpret_cast<float2*>(row_bias + (lane / 4 + 8) * 4 + 2 * (lane % 4)) = make_float2(bb0, bb1);
+    }
+    __syncwarp();
+  }
+};
 
 }  // namespace dashattn::cuda

@@ -294,79 +294,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     const uint32_t sKbar_addr = mma::smem_addr(sKbar) + uint32_t(lane % 4) * (Cfg::kKbarRowElems * 2u) +
                                 uint32_t(lane / 8) * 16u;
 
-    // g divides 16, so it is a power of two and sum * (1 / g) rounds exactly as sum / g (without the division's
-    // slow-path check).
-    const float inv_g = 1.0f / float(g);
-    // The bias (log2 units) of a token from the group sum of its heads' entmax weights and its mu.
-    auto bias_of = [&](float sum, float mu) {
-      float w = sum * inv_g;
-      // The mask bit is ground truth: a weight that recomputes to zero still gets a finite bias.
-      if (!(w > 0.0f)) w = kMinRoutedWeight;
-      return prior_bias(a.prior, logf(w), mu, a.inv_sigma) * 1.4426950408889634f;
-    };
-    // Group sums of the tile's chunks qd = 0..3 for this thread's two rows, from x = the warp's 16 Q rows times the
-    // stage's k̄ rows (one m16n8k16 n-tile; columns 4..7 repeat rows 0..3 of the buffer): each head's entmax weight
-    // summed over its token's rows (see the butterfly below).
-    auto group_sums = [&](const float (&x)[4], float& sa0, float& sa1, float& sb0, float& sb1) {
-      const float x_scale = (a.alpha - 1.0f) * a.gamma * rsqrtf(float(D));
-      const float tau_a = row_tau_mu[lane / 4].x, tau_b = row_tau_mu[lane / 4 + 8].x;
-      const float wa0 = entmax_weight(x_scale * x[0], tau_a, a.alpha);
-      const float wa1 = entmax_weight(x_scale * x[1], tau_a, a.alpha);
-      const float wb0 = entmax_weight(x_scale * x[2], tau_b, a.alpha);
-      const float wb1 = entmax_weight(x_scale * x[3], tau_b, a.alpha);
-      // The group sum: a token's g rows are g consecutive fragment rows (lane groups lane / 4, and for g = 16 both
-      // halves), so a butterfly over those lanes adds them in a fixed order that every Stage-2 path shares (a
-      // decode step and its prefill row rebuild bitwise-equal biases). It is not group_weight's head order, which
-      // changes the bias by a rounding at most; the mask bit, not the weight, decides what is routed.
-      sa0 = wa0, sa1 = wa1, sb0 = wb0, sb1 = wb1;
-      if (g == 16) {
-        sa0 += wb0;
-        sa1 += wb1;
-#pragma unroll
-        for (int off = 4; off < 32; off <<= 1) {
-          sa0 += __shfl_xor_sync(0xffffffffu, sa0, off);
-          sa1 += __shfl_xor_sync(0xffffffffu, sa1, off);
-        }
-        sb0 = sa0;
-        sb1 = sa1;
-      } else {
-        // g divides 8: a token's rows lie within one half, at lane groups that differ in the low log2(g) bits.
-        for (int off = 4; off < 4 * g; off <<= 1) {
-          sa0 += __shfl_xor_sync(0xffffffffu, sa0, off);
-          sa1 += __shfl_xor_sync(0xffffffffu, sa1, off);
-          sb0 += __shfl_xor_sync(0xffffffffu, sb0, off);
-          sb1 += __shfl_xor_sync(0xffffffffu, sb1, off);
-        }
-      }
-    };
-    // The biases of this thread's two rows for columns 2 t4 and 2 t4 + 1 of x.
-    auto group_bias = [&](const float (&x)[4], float& ba0, float& ba1, float& bb0, float& bb1) {
-      float sa0, sa1, sb0, sb1;
-      group_sums(x, sa0, sa1, sb0, sb1);
-      const float mu_a = row_tau_mu[lane / 4].y, mu_b = row_tau_mu[lane / 4 + 8].y;
-      ba0 = bias_of(sa0, mu_a);
-      ba1 = bias_of(sa1, mu_a);
-      if (g == 16) {
-        // Both rows are the same token (sb = sa, mu_b = mu_a): the same two biases, without two more logarithms.
-        // The logarithms were most of the bias table's instructions (perf-log.md, seventh pass).
-        bb0 = ba0;
-        bb1 = ba1;
-      } else {
-        bb0 = bias_of(sb0, mu_b);
-        bb1 = bias_of(sb1, mu_b);
-      }
-    };
-    auto consumer_bias = [&](const float (&x)[4]) {
-      float ba0, ba1, bb0, bb1;
-      group_bias(x, ba0, ba1, bb0, bb1);
-      // Every lane is done reading the previous tile's biases (the shuffles between do not order memory).
-      __syncwarp();
-      if (lane % 4 < 2) {  // columns 2 * t4 and 2 * t4 + 1 are chunks 0..3 of the tile
-        *reinterpret_cast<float2*>(row_bias + (lane / 4) * 4 + 2 * (lane % 4)) = make_float2(ba0, ba1);
-        *reinterpret_cast<float2*>(row_bias + (lane / 4 + 8) * 4 + 2 * (lane % 4)) = make_float2(bb0, bb1);
-      }
-      __syncwarp();
-    };
+    // The consumer-computed prior bias of this thread's two rows (attend_bias.cuh).
+    const ConsumerRowBias<D> row_bias_of{a, g, lane, 1.0f / float(g), row_tau_mu, row_bias};
 
     float acc_o[Cfg::kONTiles][4];
 #pragma unroll
@@ -423,8 +352,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
                                      plan.n_tokens_cta, per_tile, plan.cursor, sUnion, item.union_words,
                                      reinterpret_cast<unsigned char*>(sRing), sTable, plan.stage_kbar,
                                      kPersistent ? 0u : ring_free_bar, kPersistent ? pi.kbar_stage : nullptr},
-                           q_fragment, group_bias, group_sums,
-                           [&](float sum) { return bias_of(sum, row_tau_mu[lane / 4].y); }, consumers_sync);
+                           q_fragment, row_bias_of, consumers_sync);
     }
     if (tid == 0) {
       phase_mark(PhaseKernel::kAttend, 5);
@@ -741,7 +669,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
               mma::mma_16816<Element>(s[2 * np + 1], qa, b[2], b[3]);
             }
           }
-          if (plan.kbar_per_tile) consumer_bias(xb);
+          if (plan.kbar_per_tile) row_bias_of.store_tile(xb);
           float corr_a, corr_b;
           online_softmax(s, it, stage, tile, keys_a, keys_b, corr_a, corr_b);
           rescale_o(corr_a, corr_b);

@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "attend_args.cuh"
+#include "attend_bias.cuh"
 #include "attend_config.cuh"
 #include "mma_tiles.cuh"
 #include "phase_clocks.cuh"
@@ -123,12 +124,11 @@ __device__ __forceinline__ void copy_kbar_columns(const AttendArgs& a, const Seq
   mma::cp_async_commit();
 }
 
-// q_fragment(kk, qa): the A fragment of k-step kk of the warp's Q rows; group_bias(x, ba0, ba1, bb0, bb1): the
-// bias of the thread's two rows from x, in two steps: group_sums(x, sa0, sa1, sb0, sb1), then row_a_bias(sum), the
-// bias of row a's token from a group sum; consumers_sync(): the consumer warps' barrier.
-template <class Cfg, class QFragment, class GroupBias, class GroupSums, class RowBias, class ConsumersSync>
-__device__ __forceinline__ void fill_bias_table(const TableFill& f, QFragment&& q_fragment, GroupBias&& group_bias,
-                                                GroupSums&& group_sums, RowBias&& row_a_bias,
+// q_fragment(kk, qa): the A fragment of k-step kk of the warp's Q rows; bias: the thread's two rows' bias from x
+// (attend_bias.cuh); consumers_sync(): the consumer warps' barrier.
+template <class Cfg, class QFragment, class ConsumersSync>
+__device__ __forceinline__ void fill_bias_table(const TableFill& f, QFragment&& q_fragment,
+                                                const ConsumerRowBias<Cfg::kHeadDim>& bias,
                                                 ConsumersSync&& consumers_sync) {
   using Element = typename Cfg::Element;
   constexpr int kColBytes = Cfg::kKbarColBytes;
@@ -198,7 +198,7 @@ __device__ __forceinline__ void fill_bias_table(const TableFill& f, QFragment&& 
     table_x(p0, xs, [&](int, int kk, uint32_t& b0, uint32_t& b1) { b_frag(kk, b0, b1); });
     const float (&x)[4] = xs[0];
     float ba0, ba1, bb0, bb1;
-    group_bias(x, ba0, ba1, bb0, bb1);
+    bias.group_bias(x, ba0, ba1, bb0, bb1);
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
       const int p = p0 + 2 * t4 + e;
@@ -245,13 +245,13 @@ __device__ __forceinline__ void fill_bias_table(const TableFill& f, QFragment&& 
 #pragma unroll
           for (int u = 0; u < kBatch; ++u) {
             float sa0, sa1, sb0, sb1;
-            group_sums(xs[u], sa0, sa1, sb0, sb1);
+            bias.group_sums(xs[u], sa0, sa1, sb0, sb1);
             // Pair q = L % 8 of n-tile u is column 2 t4 + e of lane t4 = q / 2, e = q % 2.
             const float s0 = __shfl_sync(0xffffffffu, sa0, (lane % 8) / 2);
             const float s1 = __shfl_sync(0xffffffffu, sa1, (lane % 8) / 2);
             if (lane / 8 == u) mine = lane % 2 ? s1 : s0;
           }
-          const float b = row_a_bias(mine);
+          const float b = bias.row_a_bias(mine);
           if (p0 + lane < base + round_pairs && row_a.valid)
             sTable[(p0 + lane) * n_tokens_cta + row_a.token_slot] = b;
         }
