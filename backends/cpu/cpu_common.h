@@ -87,7 +87,8 @@ struct Sequences {
   SequenceSpan span(int64_t s) const { return sequence_span(batch, s, padded_n_q, padded_n_k); }
 };
 
-// Sequences of a problem whose q ([b, n_q, ...] or [1, total_q, ...]) and k are normalized rank-4 views.
+// Sequences of a problem whose q ([b, n_q, ...] or [1, total_q, ...]) and k are normalized rank-4 views. A paged
+// k is a page pool [pages, P, ...] whose axis 1 is the page size, so the padded key length is max_seqlen_k.
 inline Sequences make_sequences(const BatchLayout& batch, const TensorView& q, const TensorView& k) {
   Sequences s;
   s.batch = batch;
@@ -99,7 +100,7 @@ inline Sequences make_sequences(const BatchLayout& batch, const TensorView& q, c
   } else {
     s.count = q.shape[0];
     s.padded_n_q = q.shape[1];
-    s.padded_n_k = k.shape[1];
+    s.padded_n_k = batch.is_paged() ? batch.max_seqlen_k : k.shape[1];
   }
   return s;
 }

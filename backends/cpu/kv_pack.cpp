@@ -35,19 +35,23 @@ void PackedKv::pack(const TensorView& k, const TensorView& v, const Sequences& s
   // Per-thread scratch kept across calls (grow-only), so repeated calls do not fault in fresh pages. A TBB thread
   // runs one of these task bodies at a time (they start no nested parallel work), so sharing it is safe.
   static tbb::enumerable_thread_specific<Scratch<float>> rows_tls;
+  const KeyPages pages = key_pages(seqs.batch, k);
   parallel_items(total_chunks_, [&](int64_t flat) {
     const int64_t s = seq_of[flat];
     const int64_t c = flat - chunk_base_[s];
     const SequenceSpan& sp = spans[s];
     const int64_t first = c * chunk_;
     const int64_t keys = std::min(chunk_, sp.n_k - first);
+    // A chunk never straddles two pages (the page size is a multiple of the chunk size), so its keys are the
+    // consecutive rows at.row + j of one K/V index: a page of a pool, or the sequence's own rows.
+    const KeyRow at = locate_key(pages, sp, first);
     float* rows = rows_tls.local().reserve(static_cast<size_t>(chunk_ * d_pad_));
     for (int64_t r = 0; r < h_kv_; ++r) {
       const int64_t block = r * total_chunks_ + flat;
       float* kt = kt_.data() + block * kt_size;
       float* vb = v_.data() + block * v_size;
       for (int64_t j = 0; j < keys; ++j) {
-        load_row(element(k, sp.batch_index, sp.k_begin + first + j, r), k.dtype, d_, rows + j * d_pad_);
+        load_row(element(k, at.index, at.row + j, r), k.dtype, d_, rows + j * d_pad_);
       }
       for (int64_t t = 0; t < d_; ++t) {
         float* dst = kt + t * chunk_pad_;
@@ -56,7 +60,7 @@ void PackedKv::pack(const TensorView& k, const TensorView& v, const Sequences& s
       }
       for (int64_t j = 0; j < keys; ++j) {
         float* dst = vb + j * d_pad_;
-        load_row(element(v, sp.batch_index, sp.k_begin + first + j, r), v.dtype, d_, dst);
+        load_row(element(v, at.index, at.row + j, r), v.dtype, d_, dst);
         std::fill(dst + d_, dst + d_pad_, 0.0f);
       }
       std::fill(vb + keys * d_pad_, vb + v_size, 0.0f);

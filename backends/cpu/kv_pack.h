@@ -15,7 +15,8 @@ namespace cpu {
 
 class PackedKv {
  public:
-  // k, v: normalized rank-4 views; every sequence's chunk grid starts at its own first key.
+  // k, v: normalized rank-4 views (page pools when seqs.batch has a block table); every sequence's chunk grid
+  // starts at its own first key.
   void pack(const TensorView& k, const TensorView& v, const Sequences& seqs, int64_t chunk);
 
   int64_t chunk() const { return chunk_; }

@@ -16,19 +16,18 @@ namespace dashattn {
 namespace cpu {
 namespace {
 
-struct KeySpan {
-  int64_t batch_index = 0, begin = 0, n = 0;
-};
-
-// Keys of sequence s. Summaries only need the key side of the layout, so read it directly.
-KeySpan key_span(const BatchLayout& batch, const TensorView& k, int64_t s) {
-  KeySpan sp;
+// Keys of sequence s (seq, batch_index, k_begin, n_k; the query side is unused). Summaries only need the key side
+// of the layout, so read it directly: a varlen Stage 0 may come without cu_seqlens_q. A paged batch's padded key
+// length is max_seqlen_k, since axis 1 of a page pool is the page size.
+SequenceSpan key_span(const BatchLayout& batch, const TensorView& k, int64_t s) {
+  SequenceSpan sp;
+  sp.seq = s;
   if (batch.is_varlen()) {
-    sp.begin = batch.cu_seqlens_k[s];
-    sp.n = batch.cu_seqlens_k[s + 1] - sp.begin;
+    sp.k_begin = batch.cu_seqlens_k[s];
+    sp.n_k = batch.cu_seqlens_k[s + 1] - sp.k_begin;
   } else {
     sp.batch_index = s;
-    sp.n = batch.seqlens_k ? batch.seqlens_k[s] : k.shape[1];
+    sp.n_k = batch.seqlens_k ? batch.seqlens_k[s] : batch.is_paged() ? batch.max_seqlen_k : k.shape[1];
   }
   return sp;
 }
@@ -44,14 +43,16 @@ void summarize(const SummarizeParams& params) {
   const TensorView& k = p.k;
   const int64_t h_kv = k.shape[2], d = k.shape[3], C = p.method.chunk_size;
   const int64_t dp = pad_floats(d);
-  const int64_t count = p.batch.is_varlen() ? p.batch.num_seqs : k.shape[0];
+  // A page pool has no batch axis: the summary cache's (checked by normalize_summarize) counts the sequences.
+  const int64_t count = p.batch.is_varlen() ? p.batch.num_seqs : p.batch.is_paged() ? p.summaries.shape[0] : k.shape[0];
+  const KeyPages pages = key_pages(p.batch, k);
   const float inv_sqrt_d = routing_inv_sqrt_d(d);
 
-  std::vector<KeySpan> spans(static_cast<size_t>(count));
+  std::vector<SequenceSpan> spans(static_cast<size_t>(count));
   std::vector<std::pair<int64_t, int64_t>> items;  // (sequence, chunk)
   for (int64_t s = 0; s < count; ++s) {
     spans[s] = key_span(p.batch, k, s);
-    for (int64_t c = p.first_chunk; c < num_complete_chunks(spans[s].n, C); ++c) items.emplace_back(s, c);
+    for (int64_t c = p.first_chunk; c < num_complete_chunks(spans[s].n_k, C); ++c) items.emplace_back(s, c);
   }
 
   const bool has_query = p.summary_query.defined();
@@ -67,7 +68,8 @@ void summarize(const SummarizeParams& params) {
   static tbb::enumerable_thread_specific<SummaryScratch> scratch;
   parallel_items(static_cast<int64_t>(items.size()), [&](int64_t idx) {
     const int64_t s = items[idx].first, c = items[idx].second;
-    const KeySpan& sp = spans[s];
+    // The chunk lies in one page (the page size is a multiple of C): translate its first key only.
+    const KeyRow at = locate_key(pages, spans[s], c * C);
     SummaryScratch& ws = scratch.local();
     float* keys = ws.keys.reserve(C * dp);
     float* logits = ws.logits.reserve(C);
@@ -75,7 +77,7 @@ void summarize(const SummarizeParams& params) {
     for (int64_t r = 0; r < h_kv; ++r) {
       for (int64_t j = 0; j < C; ++j) {
         float* dst = keys + j * dp;
-        load_row(element(k, sp.batch_index, sp.begin + c * C + j, r), k.dtype, d, dst);
+        load_row(element(k, at.index, at.row + j, r), k.dtype, d, dst);
         std::fill(dst + d, dst + dp, 0.0f);
       }
       // An undefined summary query is zeros: every logit is 0 and the summary is the mean key.

@@ -54,6 +54,10 @@ struct AttendArgs {
   // The persistent kernel's item counter (zeroed on the stream before each launch): CTAs take their next row
   // block from it, so that the work evens out whatever the masks. Null: a fixed order of items per CTA.
   unsigned long long* item_counter = nullptr;
+
+  // Paged K/V: k and v are page pools read through this block table (table null: contiguous). Last, so that the
+  // other arguments keep their places in the parameter space.
+  KeyPages pages{};
 };
 
 }  // namespace dashattn::cuda

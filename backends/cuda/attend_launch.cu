@@ -25,6 +25,7 @@ void fill_common(AttendArgs& a, const TensorView& q, const TensorView& k, const 
   a.o_dtype = o.dtype;
   a.lse = device_tensor(lse);
   a.batch = device_batch(batch, s.n_q, s.n_k);
+  a.pages = key_pages(batch, k);  // kept out of DeviceBatch: the routing kernels' arguments stay as they were
   a.num_seqs = int(s.batch);
   a.h_q = int(s.h_q);
   a.h_kv = int(s.h_kv);

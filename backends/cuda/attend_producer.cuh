@@ -25,16 +25,34 @@ __device__ __forceinline__ int wait_stage_free(uint32_t empty_bar, uint32_t pos)
   return stage;
 }
 
+// Where whole tile `tile` of sequence span sp starts in the K/V view: (batch index, k_begin + 64 tile), or for a
+// paged batch the tile's page and its row there. The page lookup runs in 32-bit arithmetic (a sequence's tiles
+// and a page's rows fit): with 64-bit keys it inlined a 64-bit division whose registers the producer loops do not
+// have (the warpgroup instances' spills doubled, and a decode step's Stage 2 lost 1-2 us).
+__device__ __forceinline__ void tile_origin(const KeyPages& pages, const SequenceSpan& sp, int64_t tile, int& index,
+                                            int& row) {
+  if (pages.table == nullptr) {
+    index = int(sp.batch_index);
+    row = int(sp.k_begin + tile * kTileKeys);
+    return;
+  }
+  const uint32_t tiles_per_page = uint32_t(pages.page_size) / uint32_t(kTileKeys);
+  const uint32_t slot = uint32_t(tile) / tiles_per_page;
+  index = pages.table[sp.seq * pages.stride + slot];
+  row = int(uint32_t(tile) - slot * tiles_per_page) * kTileKeys;
+}
+
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-// The tensor copies of whole K/V tile `tile` (key rows from k_begin + 64 tile of the view) into a stage's K and V
-// buffers, completing as transactions on the stage's full barrier fb; lane 0 of the producer only. kEvictFirst: an L2
-// evict-first policy, for tiles read once (a decode step's stream).
+// The tensor copies of a whole K/V tile (64 key rows from `row` of axis-0 index `index` of the view: a batch
+// index, or a page of a paged pool) into a stage's K and V buffers, completing as transactions on the stage's full
+// barrier fb; lane 0 of the producer only. kEvictFirst: an L2 evict-first policy, for tiles read once (a decode
+// step's stream).
 template <class Cfg, bool kEvictFirst>
 __device__ __forceinline__ void copy_whole_tile(uint32_t fb, typename Cfg::Element* sK, typename Cfg::Element* sV,
-                                                const CUtensorMap& tmap_k, const CUtensorMap& tmap_v, int64_t k_begin,
-                                                int64_t tile, int kv_head, int batch_index) {
+                                                const CUtensorMap& tmap_k, const CUtensorMap& tmap_v, int row,
+                                                int kv_head, int index) {
   mma::mbar_expect_tx(fb, 2u * Cfg::kTileBytes);
-  const int row = int(k_begin + tile * kTileKeys);
+  const int batch_index = index;
   const uint32_t dk = mma::smem_addr(sK), dv = mma::smem_addr(sV);
 #pragma unroll
   for (int cb = 0; cb < Cfg::kColBlocks; ++cb) {
@@ -73,8 +91,6 @@ __device__ __forceinline__ void attend_produce(const AttendArgs& a, const Sequen
   constexpr int kLanesPerRow = Cfg::kRowPieces < 32 ? Cfg::kRowPieces : 32;
   const int lane_row = lane / kLanesPerRow;
   const int lane_piece = lane % kLanesPerRow;
-  const Element* kbase = static_cast<const Element*>(a.k.data) + a.k.offset(sp.batch_index, sp.k_begin, kv_head);
-  const Element* vbase = static_cast<const Element*>(a.v.data) + a.v.offset(sp.batch_index, sp.k_begin, kv_head);
   const int64_t k_row_stride = a.k.stride[1], v_row_stride = a.v.stride[1];
   for (int it = 0; it < n_iter; ++it) {
     const uint32_t pos = ring_pos + uint32_t(it);  // fills of the ring so far (the persistent kernel's run on)
@@ -113,22 +129,28 @@ __device__ __forceinline__ void attend_produce(const AttendArgs& a, const Sequen
     // past the end (the tensor map's bounds are the tensor's, not the sequence's).
     if (a.use_tma && (tile + 1) * kTileKeys <= sp.n_k) {
       // Decode (the tile split): every K/V tile is read by exactly one CTA, once.
-      if (lane == 0)
-        copy_whole_tile<Cfg, Cfg::kTileSplit>(fb, sK, sV, tmap_k, tmap_v, sp.k_begin, tile, kv_head,
-                                              int(sp.batch_index));
+      if (lane == 0) {
+        int index, row;
+        tile_origin(a.pages, sp, tile, index, row);
+        copy_whole_tile<Cfg, Cfg::kTileSplit>(fb, sK, sV, tmap_k, tmap_v, row, kv_head, index);
+      }
       copied = true;
     }
 #endif
     if (!copied) {
+      // The tile's first rows (a paged pool's tile lies in one page: its size is a multiple of 64).
+      int index, row;
+      tile_origin(a.pages, sp, tile, index, row);
+      const Element* ktile = static_cast<const Element*>(a.k.data) + a.k.offset(index, row, kv_head);
+      const Element* vtile = static_cast<const Element*>(a.v.data) + a.v.offset(index, row, kv_head);
 #pragma unroll 4
       for (int r = lane_row; r < kTileKeys; r += kRowsPerPass) {
-        const int64_t key = tile * kTileKeys + r;
-        const bool ok = key < sp.n_k;
+        const bool ok = tile * kTileKeys + r < sp.n_k;
 #pragma unroll
         for (int piece = lane_piece; piece < Cfg::kRowPieces; piece += kLanesPerRow) {
           const int dst = kv_swz<D>(r, piece * 8);
-          mma::cp_async_16(sK + dst, ok ? kbase + key * k_row_stride + piece * 8 : kbase, ok ? 16 : 0);
-          mma::cp_async_16(sV + dst, ok ? vbase + key * v_row_stride + piece * 8 : vbase, ok ? 16 : 0);
+          mma::cp_async_16(sK + dst, ok ? ktile + r * k_row_stride + piece * 8 : ktile, ok ? 16 : 0);
+          mma::cp_async_16(sV + dst, ok ? vtile + r * v_row_stride + piece * 8 : vtile, ok ? 16 : 0);
         }
       }
       if constexpr (Cfg::kWgmma) {
@@ -178,7 +200,8 @@ __device__ __forceinline__ void attend_produce_whole_tiles(int lane, TileCursor 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900  // (use_tma is false elsewhere, so no launch gets here)
     if (lane == 0) {
       typename Cfg::Element* sK = sRing + size_t(stage) * 2 * Cfg::kTileElems;
-      copy_whole_tile<Cfg, false>(fb, sK, sK + Cfg::kTileElems, tmap_k, tmap_v, k_begin, tile, kv_head, batch_index);
+      copy_whole_tile<Cfg, false>(fb, sK, sK + Cfg::kTileElems, tmap_k, tmap_v, int(k_begin + tile * kTileKeys),
+                                  kv_head, batch_index);
     }
 #endif
     mma::mbar_arrive(fb);

@@ -176,6 +176,7 @@ inline DeviceBatch device_batch(const BatchLayout& b, int64_t padded_n_q, int64_
 // The summaries (and any per-sequence chunk axis) are indexed by the sequence number s in both cases.
 __device__ __forceinline__ SequenceSpan device_sequence_span(const DeviceBatch& b, int64_t s) {
   SequenceSpan sp;
+  sp.seq = s;
   if (b.cu_seqlens_q != nullptr) {
     sp.batch_index = 0;
     sp.q_begin = b.cu_seqlens_q[s];
@@ -190,6 +191,12 @@ __device__ __forceinline__ SequenceSpan device_sequence_span(const DeviceBatch& 
   sp.n_q = b.seqlens_q != nullptr ? b.seqlens_q[s] : b.padded_n_q;
   sp.n_k = b.seqlens_k != nullptr ? b.seqlens_k[s] : b.padded_n_k;
   return sp;
+}
+
+// Where key j of sequence span sp lives in the K/V view (a page and its row for a paged batch). Callers translate
+// the first key of a chunk or a 64-key tile: neither straddles a page.
+__device__ __forceinline__ KeyRow device_locate_key(const KeyPages& pages, const SequenceSpan& sp, int64_t j) {
+  return locate_key(pages, sp.seq, sp.batch_index, sp.k_begin, j);
 }
 
 // Per-row outputs ([b, heads, rows] views: lse, tau, mu, active_chunks) of row `row` of sequence span sp.

@@ -24,6 +24,7 @@ struct SummarizeArgs {
   int64_t sq_row_stride;
   bool sq_is_f32;
   DeviceBatch batch;
+  KeyPages pages;  // paged K/V (table null: contiguous)
   int64_t first_chunk;
   int chunk;
   int d;
@@ -43,7 +44,9 @@ __global__ void __launch_bounds__(kThreads) summarize_kernel(SummarizeArgs a, bo
   __shared__ __align__(16) float logits[kMaxChunk];
   __shared__ __align__(16) float weights[kMaxChunk];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t key0 = sp.k_begin + c * a.chunk;
+  // The chunk's first key in the K/V view (a chunk lies in one page of a paged pool).
+  const KeyRow first = device_locate_key(a.pages, sp, c * a.chunk);
+  const int64_t key0 = first.row;
   // The summary query in registers: lane l holds elements l, l + 32, ... of the head dim (the order in which a
   // key's dot product takes them). Its loads are issued before the keys are stored, so that the two round trips
   // overlap: in a decode step (one chunk per sequence) the kernel is a chain of such latencies.
@@ -74,7 +77,7 @@ __global__ void __launch_bounds__(kThreads) summarize_kernel(SummarizeArgs a, bo
         const int task = base + i * kThreads + threadIdx.x;
         if (task < tasks) {
           held[i] = *reinterpret_cast<const uint4*>(
-              a.k.ptr<T>(sp.batch_index, key0 + task / pieces, r, (task % pieces) * 8));
+              a.k.ptr<T>(first.index, key0 + task / pieces, r, (task % pieces) * 8));
         }
       }
       if (base == 0) load_query();
@@ -87,7 +90,7 @@ __global__ void __launch_bounds__(kThreads) summarize_kernel(SummarizeArgs a, bo
   } else {
     load_query();
     for (int task = threadIdx.x; task < a.chunk * a.d; task += kThreads)
-      keys[task] = *a.k.ptr<T>(sp.batch_index, key0 + task / a.d, r, task % a.d);
+      keys[task] = *a.k.ptr<T>(first.index, key0 + task / a.d, r, task % a.d);
   }
   __syncthreads();
 
@@ -161,9 +164,10 @@ __global__ void __launch_bounds__(kThreads) summarize_kernel(SummarizeArgs a, bo
 }  // namespace
 
 void launch_summarize(const SummarizeParams& p, cudaStream_t stream) {
-  const bool varlen = p.batch.is_varlen();
-  const int64_t batch = varlen ? p.batch.num_seqs : p.k.shape[0];
-  const int64_t padded_n_k = varlen ? p.batch.max_seqlen_k : p.k.shape[1];
+  const bool varlen = p.batch.is_varlen(), paged = p.batch.is_paged();
+  // A paged pool [pages, P, h_kv, d] has no batch axis: the summary cache's first axis counts the sequences.
+  const int64_t batch = varlen ? p.batch.num_seqs : paged ? p.summaries.shape[0] : p.k.shape[0];
+  const int64_t padded_n_k = varlen || paged ? p.batch.max_seqlen_k : p.k.shape[1];
   const int64_t h_kv = p.k.shape[2];
   const int64_t d = p.k.shape[3];
   const int64_t max_chunks = num_complete_chunks(padded_n_k, p.method.chunk_size);
@@ -182,6 +186,7 @@ void launch_summarize(const SummarizeParams& p, cudaStream_t stream) {
   a.sq_row_stride = p.summary_query.defined() ? p.summary_query.stride[0] : 0;
   a.sq_is_f32 = p.summary_query.defined() && p.summary_query.dtype == DType::kF32;
   a.batch = device_batch(p.batch, 0, padded_n_k);
+  a.pages = key_pages(p.batch, p.k);
   a.first_chunk = p.first_chunk;
   a.chunk = p.method.chunk_size;
   a.d = static_cast<int>(d);

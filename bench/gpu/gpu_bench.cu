@@ -30,6 +30,7 @@
 
 #include "attend_launch.cuh"
 #include "bench_device.cuh"
+#include "bench_paged.cuh"
 #include "dashattn/dashattn.h"
 #include "dashattn/synthetic.h"
 
@@ -59,6 +60,9 @@ struct Options {
   // what changes is which keys are neighbours in memory: in [b, h, n, d] a 64-key chunk of one KV head is one
   // contiguous 16 KB run, in [b, n, h, d] 64 runs of 256 bytes interleaved with the other heads' keys.
   bool heads_major = false;
+  // --paged P: Stage 0 and Stage 2 also timed on the same keys and values in a shuffled pool of P-token pages
+  // (bench_paged.cuh), beside the contiguous timings (0: not timed).
+  int64_t page_size = 0;
 };
 
 // Device buffer with a view, freed at scope exit.
@@ -196,6 +200,9 @@ struct Row {
   double dense = 0, s0 = 0, s1 = 0, sparsity_real = 0;
   std::vector<double> s2_chunk, s2_token;
   std::vector<double> step;  // decode: Stage 0 + 1 + 2 captured as one graph, per sparsity
+  // --paged: Stage 0 and Stage 2 on the page pool (prefill: chunk draws; decode: per-token draws), per sparsity.
+  double s0_paged = 0;
+  std::vector<double> s2_paged;
   double extra_gb = 0;
 };
 
@@ -260,6 +267,13 @@ Row bench_prefill(Backend& be, const Options& o, int64_t n, cudaStream_t st) {
   emit("prefill", n, "dense_ours", row.dense);
 
   AttendParams ap = attend_params(rp, sp, dp, m);
+  std::unique_ptr<bench_paged::PagedKv> pages;
+  if (o.page_size > 0) {
+    pages = bench_paged::make_paged(k.p, v.p, 1, n, h_kv, d, o.page_size, 11);
+    SummarizeParams paged_sp = pages->on_pages(sp);
+    row.s0_paged = time_ms(st, o.reps, [&](cudaStream_t s) { paged_sp.stream = s; summarize(be, paged_sp); });
+    emit("prefill", n, "stage0_paged", row.s0_paged, "\"page\":" + std::to_string(o.page_size));
+  }
   for (int per_token = 0; per_token < 2; ++per_token) {
     for (double s : o.sparsities) {
       double kept = 0;
@@ -269,6 +283,13 @@ Row bench_prefill(Backend& be, const Options& o, int64_t n, cudaStream_t st) {
       (per_token ? row.s2_token : row.s2_chunk).push_back(ms);
       emit("prefill", n, std::string("stage2_") + (per_token ? "token" : "chunk"), ms,
            "\"s\":" + std::to_string(s) + ",\"kept\":" + std::to_string(kept));
+      if (pages && !per_token) {
+        AttendParams paged = pages->on_pages(ap);
+        const double pm = time_ms(st, o.reps, [&](cudaStream_t st2) { paged.stream = st2; attend(be, paged); });
+        row.s2_paged.push_back(pm);
+        emit("prefill", n, "stage2_chunk_paged", pm,
+             "\"s\":" + std::to_string(s) + ",\"page\":" + std::to_string(o.page_size));
+      }
     }
   }
   // Extra device memory of the method beyond q, k, v, o and the summaries.
@@ -386,6 +407,17 @@ Row bench_decode(Backend& be, const Options& o, int64_t n, cudaStream_t st) {
     s2_at.push_back(normalize_attend(alone));
     step_at.push_back(normalize_attend(in_step));
   }
+  // --paged: the pool, Stage 0 on it, and each copy's Stage-2 parameters on it.
+  std::unique_ptr<bench_paged::PagedKv> pages;
+  std::vector<AttendParams> s2_paged_at;
+  if (o.page_size > 0) {
+    pages = bench_paged::make_paged(k.p, v.p, b, n, h_kv, d, o.page_size, 11);
+    std::vector<SummarizeParams> sp_paged;
+    for (const SummarizeParams& x : sp_at) sp_paged.push_back(pages->on_pages(x));
+    row.s0_paged = rotated([&](cudaStream_t s, int r) { sp_paged[r].stream = s; summarize(be, sp_paged[r]); });
+    emit("decode", n, "stage0_paged", row.s0_paged, "\"page\":" + std::to_string(o.page_size));
+    for (const AttendParams& x : s2_at) s2_paged_at.push_back(normalize_attend(pages->on_pages(x)));
+  }
   // --decode-splits: the plan and arguments of the sparsity loop's Stage 2, with other split counts.
   const cuda::AttendPlan planned = cuda::plan_attend(shape, cuda::current_sm_count(), false);
   const cuda::AttendArgs split_args = cuda::make_attend_args(s2_at[0], shape);
@@ -411,6 +443,12 @@ Row bench_decode(Backend& be, const Options& o, int64_t n, cudaStream_t st) {
     const double ms = rotated([&](cudaStream_t s2, int r) { cuda::launch_attend(s2_at[r], shape, ws.p, ws.bytes, s2); });
     row.s2_token.push_back(ms);
     emit("decode", n, "stage2_token", ms, "\"s\":" + std::to_string(s) + ",\"kept\":" + std::to_string(kept));
+    if (pages) {
+      const double pm =
+          rotated([&](cudaStream_t s2, int r) { cuda::launch_attend(s2_paged_at[r], shape, ws.p, ws.bytes, s2); });
+      row.s2_paged.push_back(pm);
+      emit("decode", n, "stage2_token_paged", pm, "\"s\":" + std::to_string(s) + ",\"page\":" + std::to_string(o.page_size));
+    }
     for (int k : o.decode_splits) {
       cuda::AttendPlan plan = planned;
       plan.num_splits = k;
@@ -496,6 +534,20 @@ void print_table(const std::vector<Row>& rows, const Options& o) {
     }
     std::printf(" %.3f |\n", r.extra_gb);
   }
+  if (o.page_size <= 0) return;
+  std::printf("\n| mode | N | Stage 0 ms contiguous / paged (P = %lld) |", (long long)o.page_size);
+  for (double s : o.sparsities) std::printf(" S2 %.2f%% contiguous / paged ms |", s * 100);
+  std::printf("\n|---|---|---|");
+  for (size_t i = 0; i < o.sparsities.size(); ++i) std::printf("---|");
+  std::printf("\n");
+  for (const Row& r : rows) {
+    // Prefill rows compare chunk draws, decode rows per-token draws (the draws each mode's paged timing used).
+    const std::vector<double>& base = r.mode == "prefill" ? r.s2_chunk : r.s2_token;
+    std::printf("| %s | %lldK | %.4f / %.4f |", r.mode.c_str(), (long long)(r.n / 1024), r.s0, r.s0_paged);
+    for (size_t i = 0; i < o.sparsities.size(); ++i)
+      std::printf(" %.4f / %.4f |", i < base.size() ? base[i] : 0.0, i < r.s2_paged.size() ? r.s2_paged[i] : 0.0);
+    std::printf("\n");
+  }
 }
 
 }  // namespace
@@ -543,6 +595,13 @@ int main(int argc, char** argv) {
         return 2;
       }
       o.heads_major = name == "bhnd";
+    } else if (a == "--paged") {
+      o.page_size = std::stoll(next());
+      if (o.page_size < 64 || o.page_size % 64 != 0) {
+        std::fprintf(stderr, "--paged: expected a page size that is a positive multiple of 64, got %lld\n",
+                     (long long)o.page_size);
+        return 2;
+      }
     } else if (a == "--decode-only") {
       o.prefill = false;
     } else if (a == "--decode-batch") {
@@ -553,10 +612,14 @@ int main(int argc, char** argv) {
       }
     } else {
       std::fprintf(stderr, "usage: %s [--sizes 16384,32768,65536] [--sparsities 0.75,0.875,0.9375] [--reps 30] "
-                   "[--prior estimate_diagonal|raw|none] [--prefill-only|--decode-only] [--decode-batch 24] [--decode-splits 5,8,11] [--step-variants] [--warm-l2] [--layout bnhd|bhnd]\n",
+                   "[--prior estimate_diagonal|raw|none] [--prefill-only|--decode-only] [--decode-batch 24] [--decode-splits 5,8,11] [--step-variants] [--warm-l2] [--layout bnhd|bhnd] [--paged 256]\n",
                    argv[0]);
       return 2;
     }
+  }
+  if (o.page_size > 0 && o.heads_major) {
+    std::fprintf(stderr, "--paged: the page pool is [pages, P, h, d]; use it with --layout bnhd\n");
+    return 2;
   }
   Backend* be = Registry::instance().find("cuda");
   if (!be || !be->probe().available) {

@@ -98,7 +98,48 @@ const int32_t* int_array(const InArray& a, const char* name, int64_t want_len, c
   return static_cast<const int32_t*>(t.data);
 }
 
+// Checks the block table (int32, rank 2, rows contiguous, on the device) and returns its data and row stride.
+const int32_t* table_array(const InArray& a, const Device& device, int64_t* row_stride) {
+  const TensorView t = make_view(a, "block_table", {});
+  if (t.dtype != DType::kI32) throw InvalidArgument("block_table.dtype", "int32", dtype_name(t.dtype));
+  if (t.rank != 2) {
+    throw InvalidArgument("block_table", "a rank-2 [b, max_pages] array",
+                          "rank " + str(t.rank) + " " + t.shape_string());
+  }
+  if (t.shape[1] > 1 && t.stride[1] != 1) {
+    throw InvalidArgument("block_table.stride[1]", "1 (each row contiguous)", str(t.stride[1]));
+  }
+  // One row has no row stride to speak of (frameworks report anything for it): its width serves.
+  *row_stride = t.shape[0] > 1 ? t.stride[0] : t.shape[1];
+  if (*row_stride < t.shape[1]) {
+    throw InvalidArgument("block_table.stride[0]", ">= " + str(t.shape[1]) + " (rows that do not overlap)",
+                          str(*row_stride));
+  }
+  if (t.device != device) {
+    throw InvalidArgument("block_table.device",
+                          std::string(device_type_name(device.type)) + ":" + str(device.index) + " (the device of q)",
+                          std::string(device_type_name(t.device.type)) + ":" + str(t.device.index));
+  }
+  return static_cast<const int32_t*>(t.data);
+}
+
 }  // namespace
+
+void PyBatch::check_block_table(const TensorView& k, int64_t sequences) const {
+  // The core reports a bad pool, and a block table with a packed batch, by name.
+  if (!is_paged() || is_varlen() || k.rank != 4 || k.shape[1] < 1) return;
+  const int64_t rows = block_table.ndim() == 2 ? static_cast<int64_t>(block_table.shape(0)) : 0;
+  const int64_t width = block_table.ndim() == 2 ? static_cast<int64_t>(block_table.shape(1)) : 0;
+  if (rows < sequences) {
+    throw InvalidArgument("block_table.shape[0]", ">= " + str(sequences) + " (a row per sequence)", str(rows));
+  }
+  const int64_t need = (max_seqlen_k + k.shape[1] - 1) / k.shape[1];
+  if (width < need) {
+    throw InvalidArgument("block_table.shape[1]",
+                          ">= ceil(max_seqlen_k / page size) = " + str(need) + " (page size " + str(k.shape[1]) + ")",
+                          str(width));
+  }
+}
 
 Layout parse_layout(const std::string& name) {
   if (name == "bnhd" || name == "thd") return Layout::kBnhd;
@@ -151,6 +192,11 @@ BatchLayout PyBatch::layout(const Device& device) const {
   }
   b.seqlens_q = int_array(seqlens_q, "seqlens_q", -1, device);
   b.seqlens_k = int_array(seqlens_k, "seqlens_k", -1, device);
+  if (is_paged()) {
+    // A page pool has no sequence axis: the padded key length comes from max_seqlen_k (the core requires it).
+    b.block_table = table_array(block_table, device, &b.block_table_stride);
+    b.max_seqlen_k = max_seqlen_k;
+  }
   return b;
 }
 

@@ -48,10 +48,17 @@ Device device_of(int dlpack_device_type, int device_id, const char* name);
 struct PyBatch {
   InArray cu_seqlens_q, cu_seqlens_k, seqlens_q, seqlens_k;
   int max_seqlen_q = 0, max_seqlen_k = 0;
+  // Paged K/V: int32 [b, max_pages] (FlashAttention's block_table); its row stride becomes block_table_stride.
+  InArray block_table;
 
   bool is_varlen() const { return cu_seqlens_q.is_valid() || cu_seqlens_k.is_valid(); }
-  // Pointers into the arrays after checking dtype (int32), rank 1, contiguity, length and device.
+  bool is_paged() const { return block_table.is_valid(); }
+  // Pointers into the arrays after checking dtype (int32), rank, contiguity, length and device.
   BatchLayout layout(const Device& device) const;
+  // The block table against the page pool k (logical [pages, P, h_kv, d]) and the sequences it serves: a row per
+  // sequence, each as wide as max_seqlen_k needs. The core only sees a pointer and a stride, so the array's own
+  // extent is checked here. No-op without a block table.
+  void check_block_table(const TensorView& k, int64_t sequences) const;
 };
 
 // Parses the method enums from their names (ValueError on unknown names, listing the valid ones).

@@ -173,17 +173,20 @@ NB_MODULE(_core, m) {
                solver_name(p.solver) + "')";
       });
 
-  nb::class_<PyBatch>(m, "Batch", "Batch layout: packed varlen (cu_seqlens) or padded with per-sequence lengths.")
+  nb::class_<PyBatch>(m, "Batch",
+                      "Batch layout: packed varlen (cu_seqlens), or padded with per-sequence lengths and optionally "
+                      "paged K/V (block_table with max_seqlen_k).")
       .def(
           "__init__",
           [](PyBatch* self, const InArray& cu_q, const InArray& cu_k, int max_q, int max_k, const InArray& sq,
-             const InArray& sk) {
-            new (self) PyBatch{cu_q, cu_k, sq, sk, max_q, max_k};
+             const InArray& sk, const InArray& table) {
+            new (self) PyBatch{cu_q, cu_k, sq, sk, max_q, max_k, table};
           },
           nb::arg("cu_seqlens_q").none() = nb::none(), nb::arg("cu_seqlens_k").none() = nb::none(),
           "max_seqlen_q"_a = 0, "max_seqlen_k"_a = 0, nb::arg("seqlens_q").none() = nb::none(),
-          nb::arg("seqlens_k").none() = nb::none())
+          nb::arg("seqlens_k").none() = nb::none(), nb::arg("block_table").none() = nb::none())
       .def_prop_ro("is_varlen", &PyBatch::is_varlen)
+      .def_prop_ro("is_paged", &PyBatch::is_paged)
       .def_ro("max_seqlen_q", &PyBatch::max_seqlen_q)
       .def_ro("max_seqlen_k", &PyBatch::max_seqlen_k);
 

@@ -45,6 +45,7 @@ std::string run_forward(const InArray& q, const InArray& k, const InArray& v, co
   p.summaries = plain_view(summaries, "summaries", plain);
   p.summaries_valid = summaries_valid;
   p.batch = batch.layout(p.q.device);
+  batch.check_block_table(p.k, p.q.rank == 4 ? p.q.shape[0] : 0);
   p.method = method;
   p.stream = stream_pointer(stream);
   Backend& be = pick_backend(backend, p.q.device);
@@ -64,6 +65,8 @@ std::string run_summarize(const InArray& k, const OutArray& summaries, const InA
   p.summary_query = plain_view(summary_query, "summary_query", plain);
   p.first_chunk = first_chunk;
   p.batch = batch.layout(p.k.device);
+  // A paged Stage 0 counts its sequences on the summary cache.
+  batch.check_block_table(p.k, p.summaries.rank == 4 ? p.summaries.shape[0] : 0);
   p.method = method;
   p.stream = stream_pointer(stream);
   Backend& be = pick_backend(backend, p.k.device);
@@ -107,6 +110,7 @@ std::string run_attend(const InArray& q, const InArray& k, const InArray& v, con
   p.routing = routing_inputs(mask, tau, mu);
   p.lse = plain_view(lse, "lse");
   p.batch = batch.layout(p.q.device);
+  batch.check_block_table(p.k, p.q.rank == 4 ? p.q.shape[0] : 0);
   p.method = method;
   p.stream = stream_pointer(stream);
   Backend& be = pick_backend(backend, p.q.device);

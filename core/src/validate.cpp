@@ -105,6 +105,47 @@ struct Inputs {
   ProblemShape shape;
 };
 
+// A paged batch (block_table): k is a page pool [pages, P, h_kv, d]. Checks the page size against the chunk and
+// the 64-key tile, the table's width against max_seqlen_k and, in host memory, every entry a sequence uses.
+void check_pages(const BatchLayout& b, const TensorView& k, int64_t chunk, int64_t batch, bool host_visible) {
+  const int64_t pages = k.shape[0], page = k.shape[1];
+  if (pages < 1) throw InvalidArgument("k.shape[0] (pages of the pool)", ">= 1 with block_table", str(pages));
+  if (page < 1 || page % 64 != 0 || page % chunk != 0) {
+    throw InvalidArgument("k.shape[1] (page size)",
+                          "a positive multiple of 64 and of chunk_size = " + str(chunk) + " with block_table", str(page));
+  }
+  if (b.max_seqlen_k < 1) {
+    throw InvalidArgument("max_seqlen_k", ">= 1 with block_table (the padded key length n_k)", str(b.max_seqlen_k));
+  }
+  const int64_t need = (b.max_seqlen_k + page - 1) / page;
+  if (b.block_table_stride < need) {
+    throw InvalidArgument("block_table_stride", ">= ceil(max_seqlen_k / page size) = " + str(need), str(b.block_table_stride));
+  }
+  if (!host_visible) return;
+  for (int64_t i = 0; i < batch; ++i) {
+    const int64_t nk = b.seqlens_k ? b.seqlens_k[i] : b.max_seqlen_k;
+    if (nk < 0 || nk > b.max_seqlen_k) {
+      throw InvalidArgument("seqlens_k[" + str(i) + "]", "in [0, max_seqlen_k = " + str(b.max_seqlen_k) + "]", str(nk));
+    }
+    for (int64_t j = 0; j < (nk + page - 1) / page; ++j) {
+      const int64_t entry = b.block_table[i * b.block_table_stride + j];
+      if (entry < 0 || entry >= pages) {
+        throw InvalidArgument("block_table[" + str(i) + ", " + str(j) + "]", "a page in [0, " + str(pages) + ")",
+                              str(entry));
+      }
+    }
+  }
+}
+
+// Paged K/V takes a padded batch. Checked before the tensors are reshaped: a packed batch wants rank-3 (or b = 1)
+// tensors, and a page pool [pages, P, h_kv, d] would otherwise be reported as a bad k.shape[0].
+void reject_paged_varlen(const BatchLayout& b) {
+  if (b.is_paged() && b.is_varlen()) {
+    throw InvalidArgument("block_table", "null with a packed varlen batch (paged K/V takes a padded batch with seqlens_k)",
+                          "non-null");
+  }
+}
+
 // Validates the batch layout against q/k and returns the derived sizes.
 void check_batch(const BatchLayout& b, const TensorView& q, const TensorView& k, bool host_visible, ProblemShape* s) {
   if (b.is_varlen()) {
@@ -153,8 +194,12 @@ void check_batch(const BatchLayout& b, const TensorView& q, const TensorView& k,
   }
   s->batch = q.shape[0];
   s->n_q = q.shape[1];
-  s->n_k = k.shape[1];
-  if (k.shape[0] != q.shape[0]) throw InvalidArgument("k.shape[0]", str(q.shape[0]) + " (batch of q)", str(k.shape[0]));
+  s->n_k = b.is_paged() ? b.max_seqlen_k : k.shape[1];
+  if (b.is_paged()) {
+    check_pages(b, k, s->chunk, s->batch, host_visible);
+  } else if (k.shape[0] != q.shape[0]) {
+    throw InvalidArgument("k.shape[0]", str(q.shape[0]) + " (batch of q)", str(k.shape[0]));
+  }
   if (s->n_q > s->n_k) {
     throw InvalidArgument("q.shape[1]", "n_q <= n_k = " + str(s->n_k) + " (bottom-right causal alignment)",
                           str(s->n_q));
@@ -176,6 +221,10 @@ Inputs check_qkv(const TensorView& q_in, const TensorView& k_in, const TensorVie
                  const MethodParams* method, float scale) {
   Inputs in;
   const bool varlen = batch.is_varlen();
+  reject_paged_varlen(batch);
+  if (!method && batch.is_paged()) {
+    throw InvalidArgument("block_table", "null for dense attention (it takes contiguous K/V)", "non-null");
+  }
   require_defined("q", q_in);
   in.q = to_rank4("q", q_in, varlen);
   const Device dev = q_in.device;
@@ -203,9 +252,9 @@ Inputs check_qkv(const TensorView& q_in, const TensorView& k_in, const TensorVie
     }
   }
   s.group = s.h_q / s.h_kv;
+  s.chunk = method ? method->chunk_size : 64;
   check_batch(batch, in.q, in.k, dev.type == DeviceType::kCpu, &s);
   s.rows_q = in.q.shape[1];
-  s.chunk = method ? method->chunk_size : 64;
   s.max_chunks = num_complete_chunks(s.n_k, s.chunk);
   s.mask_words = mask_words(s.n_k, s.chunk);
   const float sc = method ? method->scale : scale;
@@ -342,6 +391,7 @@ SummarizeParams normalize_summarize(const SummarizeParams& p) {
   validate_method(p.method);
   SummarizeParams n = p;
   const bool varlen = p.batch.is_varlen();
+  reject_paged_varlen(p.batch);
   require_defined("k", p.k);
   n.k = to_rank4("k", p.k, varlen);
   check_attention_input("k", n.k, n.k.dtype, n.k.device);
@@ -353,6 +403,20 @@ SummarizeParams normalize_summarize(const SummarizeParams& p) {
   s.n_k = varlen ? p.batch.max_seqlen_k : n.k.shape[1];
   if (varlen && (p.batch.num_seqs < 1 || p.batch.max_seqlen_k < 1 || !p.batch.cu_seqlens_k)) {
     throw InvalidArgument("cu_seqlens_k", "non-null with num_seqs >= 1 and max_seqlen_k >= 1", "an incomplete varlen layout");
+  }
+  if (p.batch.is_paged()) {
+    // A page pool has no batch axis: the summary cache's says how many sequences there are.
+    require_defined("summaries", p.summaries);
+    if (p.summaries.rank != 4) throw InvalidArgument("summaries", "rank 4 [b, max_chunks, h_kv, d]", p.summaries.shape_string());
+    s.batch = p.summaries.shape[0];
+    s.n_k = p.batch.max_seqlen_k;
+    check_pages(p.batch, n.k, p.method.chunk_size, s.batch, n.k.device.type == DeviceType::kCpu);
+  } else if (!varlen && p.batch.seqlens_k && n.k.device.type == DeviceType::kCpu) {
+    // Stage 0 reads each sequence's keys up to its length: one past the padded rows would read past k.
+    for (int64_t i = 0; i < s.batch; ++i) {
+      const int64_t nk = p.batch.seqlens_k[i];
+      if (nk < 0 || nk > s.n_k) throw InvalidArgument("seqlens_k[" + str(i) + "]", "in [0, " + str(s.n_k) + "]", str(nk));
+    }
   }
   s.max_chunks = num_complete_chunks(s.n_k, p.method.chunk_size);
   check_summary_query(p.summary_query, s, n.k);
@@ -451,6 +515,7 @@ DenseParams normalize_dense(const DenseParams& p) {
 
 SequenceSpan sequence_span(const BatchLayout& batch, int64_t s, int64_t padded_n_q, int64_t padded_n_k) {
   SequenceSpan sp;
+  sp.seq = s;
   if (batch.is_varlen()) {
     sp.batch_index = 0;
     sp.q_begin = batch.cu_seqlens_q[s];

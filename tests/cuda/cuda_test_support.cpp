@@ -14,6 +14,30 @@ Backend& cuda_backend() {
   return *be;
 }
 
+ref::ProblemSpec spec(int64_t b, int64_t n_q, int64_t n_k, int64_t h_q, int64_t h_kv, int64_t d, DType dt,
+                      double q_std, uint64_t seed) {
+  ref::ProblemSpec s;
+  s.batch = b;
+  s.n_q = n_q;
+  s.n_k = n_k;
+  s.h_q = h_q;
+  s.h_kv = h_kv;
+  s.d = d;
+  s.dtype = dt;
+  s.q_std = q_std;
+  s.seed = seed;
+  return s;
+}
+
+bool compiled(int64_t d) {
+  ForwardParams f;
+  f.q.dtype = DType::kBF16;
+  f.q.rank = 4;
+  f.q.shape = {1, 1, 1, d};
+  f.q.device = Device{DeviceType::kCuda, 0};
+  return cuda_backend().unsupported_reason(f).find("head dim") == std::string::npos;
+}
+
 DeviceBuffer::DeviceBuffer(size_t bytes) : ptr_(cuda_backend().allocate(bytes)), bytes_(bytes) {}
 DeviceBuffer::~DeviceBuffer() {
   if (ptr_) cuda_backend().deallocate(ptr_);

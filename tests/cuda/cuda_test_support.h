@@ -13,6 +13,12 @@ namespace dashattn::cuda_test {
 
 Backend& cuda_backend();
 
+// A padded problem of b sequences (n_q queries and n_k keys each, before any per-sequence lengths).
+ref::ProblemSpec spec(int64_t b, int64_t n_q, int64_t n_k, int64_t h_q, int64_t h_kv, int64_t d, DType dt,
+                      double q_std, uint64_t seed);
+// Whether head dim d is compiled into the backend (DASHATTN_HEAD_DIMS).
+bool compiled(int64_t d);
+
 // A device buffer owned by the test (freed through the backend).
 class DeviceBuffer {
  public:

@@ -198,30 +198,6 @@ void check_case(const Case& c) {
   CHECK(t.bad_padding == 0);
 }
 
-ref::ProblemSpec spec(int64_t b, int64_t n_q, int64_t n_k, int64_t h_q, int64_t h_kv, int64_t d, DType dt,
-                      double q_std, uint64_t seed) {
-  ref::ProblemSpec s;
-  s.batch = b;
-  s.n_q = n_q;
-  s.n_k = n_k;
-  s.h_q = h_q;
-  s.h_kv = h_kv;
-  s.d = d;
-  s.dtype = dt;
-  s.q_std = q_std;
-  s.seed = seed;
-  return s;
-}
-
-bool compiled(int64_t d) {
-  ForwardParams f;
-  f.q.dtype = DType::kBF16;
-  f.q.rank = 4;
-  f.q.shape = {1, 1, 1, d};
-  f.q.device = Device{DeviceType::kCuda, 0};
-  return cuda_backend().unsupported_reason(f).find("head dim") == std::string::npos;
-}
-
 Case small_case() {
   Case c{"padded b=2, d=64, g=4, C=16, bf16", spec(2, 1000, 1000, 8, 2, 64, DType::kBF16, 8.0, 11), {}};
   c.spec.seqlens_q = {1000, 600};

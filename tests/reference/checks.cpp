@@ -77,6 +77,19 @@ RunResult run_forward(Backend& backend, const Problem& pr, const MethodParams& m
   p.routing.active_chunks = active.view;
   p.batch = dev.layout;
   p.method = method;
+  DeviceTensor pool_k, pool_v;
+  DeviceBuffer table;
+  if (opt.page_size > 0) {
+    const PagePool pool = make_pool(pr, opt.page_size, opt.page_seed, opt.share_first_page);
+    pool_k = upload(backend, pool.k);
+    pool_v = upload(backend, pool.v);
+    table = upload_ints(backend, pool.table);
+    p.k = pool_k.view;
+    p.v = pool_v.view;
+    p.batch.block_table = static_cast<const int32_t*>(table.data());
+    p.batch.block_table_stride = pool.stride;
+    p.batch.max_seqlen_k = static_cast<int>(pr.padded_n_k());
+  }
   try {
     forward(backend, p);
   } catch (const Unsupported& e) {

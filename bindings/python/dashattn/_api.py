@@ -76,15 +76,33 @@ def _check_layout(layout: str) -> str:
     return layout
 
 
+def _page_size(k: Any, layout: str) -> int:
+    """Rows per page of a page pool [pages, page_size, h_kv, d] ([pages, h_kv, page_size, d] in layout 'bhnd')."""
+    if len(k.shape) != 4:
+        raise InvalidArgumentError(f"invalid argument 'k': expected a rank-4 page pool with block_table, got shape "
+                                   f"{[int(x) for x in k.shape]}")
+    return int(k.shape[2] if layout == "bhnd" else k.shape[1])
+
+
 class _Call:
-    """Argument preparation shared by the entry points: frame, batch layout, geometry, stream."""
+    """Argument preparation shared by the entry points: frame, batch layout, geometry, stream.
+
+    With a block table, k is a page pool: the padded key length is max_seqlen_k (by default the table's width
+    times the page size, all of the cache as FlashAttention's kvcache reads it) and the batch is q's, or the
+    table's rows when k is also the first tensor (Stage 0 has no queries).
+    """
 
     def __init__(self, q: Any, k: Any, *, layout: str, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                 seqlens_q, seqlens_k, stream, q_name: str = "q", k_is_summaries: bool = False, n_k: int = 0):
+                 seqlens_q, seqlens_k, stream, q_name: str = "q", k_is_summaries: bool = False, n_k: int = 0,
+                 block_table=None):
         self.layout = _check_layout(layout)
         self.frame: Frame = frame_of(q, q_name)
         self.varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
         f = self.frame
+        self.block_table = f.to_device_int32(block_table, "block_table")
+        self.paged = self.block_table is not None
+        if self.paged and max_seqlen_k is None and len(self.block_table.shape) == 2:
+            max_seqlen_k = int(self.block_table.shape[1]) * _page_size(k, self.layout)
         cu_q = f.to_device_int32(cu_seqlens_q, "cu_seqlens_q")
         cu_k = f.to_device_int32(cu_seqlens_k, "cu_seqlens_k")
         if self.varlen:
@@ -103,13 +121,18 @@ class _Call:
         self.seqlens_q = f.to_device_int32(seqlens_q, "seqlens_q")
         self.seqlens_k = f.to_device_int32(seqlens_k, "seqlens_k")
         self.batch = _core.Batch(cu_seqlens_q=self.cu_q, cu_seqlens_k=self.cu_k, max_seqlen_q=self.max_q,
-                                 max_seqlen_k=self.max_k, seqlens_q=self.seqlens_q, seqlens_k=self.seqlens_k)
+                                 max_seqlen_k=self.max_k, seqlens_q=self.seqlens_q, seqlens_k=self.seqlens_k,
+                                 block_table=self.block_table)
         b, rows_q, h_q, d = _dims(q, q_name, self.layout, self.varlen)
         if k_is_summaries:
             h_kv = int(k.shape[2]) if len(k.shape) == 4 else 1
             keys = n_k
         else:
             _, keys, h_kv, _ = _dims(k, "k", self.layout, self.varlen)
+        if self.paged:
+            keys = self.max_k
+            if q is k and len(self.block_table.shape) == 2:
+                b = int(self.block_table.shape[0])
         if self.varlen:
             num_seqs = int(cu_q.shape[0]) - 1
             self.geom = _Geometry(True, max(num_seqs, 1), rows_q, self.max_k, h_q, max(h_kv, 1), d)
@@ -211,7 +234,8 @@ def _needs_autograd(*xs) -> bool:
 
 
 def forward(q, k, v, summary_query=None, *, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
-            max_seqlen_k=None, seqlens_q=None, seqlens_k=None, layout: str = "bnhd", chunk_size: int = 64,
+            max_seqlen_k=None, seqlens_q=None, seqlens_k=None, block_table=None, layout: str = "bnhd",
+            chunk_size: int = 64,
             alpha: float = 1.5, gamma: float = 1.0, sigma: float = 1e8, prior: str = "estimate_diagonal",
             scale: Optional[float] = None, solver: str = "exact", return_lse: bool = False,
             return_routing: bool = False, backend: str = "auto", out=None, out_dtype=None, stream=None):
@@ -222,6 +246,12 @@ def forward(q, k, v, summary_query=None, *, cu_seqlens_q=None, cu_seqlens_k=None
     prefix sums). Returns o (same shape/layout and dtype as q unless out_dtype="f32"), plus lse (float32
     [b, h_q, n_q], packed: [h_q, total_q]) if return_lse and a Routing if return_routing, as a tuple in that
     order. GPU arrays run on the GPU backend on the caller's current stream (torch / CuPy) or `stream`.
+
+    Paged K/V (FlashAttention's kvcache convention, padded batches only): k and v are page pools
+    [num_pages, page_size, h_kv, d] and block_table (int32 [b, max_pages], on q's device) lists each sequence's
+    pages in order; page_size must be a multiple of 64 and of chunk_size. seqlens_k (FlashAttention's
+    cache_seqlens) gives each sequence's key count; max_seqlen_k, the padded key length, defaults to
+    max_pages * page_size.
     """
     if _needs_autograd(q, k, v, summary_query) and out is None and not return_routing:
         from . import torch as _dtorch
@@ -229,13 +259,13 @@ def forward(q, k, v, summary_query=None, *, cu_seqlens_q=None, cu_seqlens_k=None
         o, lse = _dtorch._forward_with_autograd(
             q, k, v, summary_query, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
             max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, seqlens_q=seqlens_q, seqlens_k=seqlens_k,
-            layout=layout, chunk_size=chunk_size, alpha=alpha, gamma=gamma, sigma=sigma, prior=prior, scale=scale,
-            solver=solver, backend=backend)
+            block_table=block_table, layout=layout, chunk_size=chunk_size, alpha=alpha, gamma=gamma, sigma=sigma,
+            prior=prior, scale=scale, solver=solver, backend=backend)
         return (o, lse) if return_lse else o
     m = method(chunk_size, alpha, gamma, sigma, prior, scale, solver)
     call = _Call(q, k, layout=layout, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                  max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, seqlens_q=seqlens_q, seqlens_k=seqlens_k,
-                 stream=stream)
+                 stream=stream, block_table=block_table)
     g = call.geom
     o_dtype = dtype_of(q) if out_dtype is None else _arrays_dtype(out_dtype)
     o_raw = call.empty(tuple(q.shape), o_dtype) if out is None else out
@@ -274,17 +304,19 @@ def _run_forward(call: _Call, m, q, k, v, o, summary_query, lse, bufs, summaries
                              backend=backend, stream=call.stream(), u16_is_bf16=bf or bf_sq)
 
 
-def summarize(k, summary_query=None, *, cu_seqlens_k=None, max_seqlen_k=None, layout: str = "bnhd",
-              chunk_size: int = 64, backend: str = "auto", out=None, stream=None):
+def summarize(k, summary_query=None, *, cu_seqlens_k=None, max_seqlen_k=None, seqlens_k=None, block_table=None,
+              layout: str = "bnhd", chunk_size: int = 64, backend: str = "auto", out=None, stream=None):
     """Stage 0: the summary of every complete chunk, [b, max_chunks, h_kv, d] in the key dtype.
 
-    Packed varlen keys ([total, h_kv, d] with cu_seqlens_k) give [num_seqs, max_seqlen_k // C, h_kv, d].
+    Packed varlen keys ([total, h_kv, d] with cu_seqlens_k) give [num_seqs, max_seqlen_k // C, h_kv, d]. A page
+    pool k with block_table (as in forward) gives [block_table.shape[0], max_seqlen_k // C, h_kv, d]; seqlens_k
+    limits each sequence to its own complete chunks (the rows past them are left as allocated).
     """
     m = method(chunk_size)
     varlen = cu_seqlens_k is not None
     call = _Call(k, k, layout=layout, cu_seqlens_q=cu_seqlens_k if varlen else None, cu_seqlens_k=cu_seqlens_k,
-                 max_seqlen_q=max_seqlen_k, max_seqlen_k=max_seqlen_k, seqlens_q=None, seqlens_k=None,
-                 stream=stream, q_name="k")
+                 max_seqlen_q=max_seqlen_k, max_seqlen_k=max_seqlen_k, seqlens_q=None, seqlens_k=seqlens_k,
+                 stream=stream, q_name="k", block_table=block_table)
     g = call.geom
     n_chunks = g.n_k // m.chunk_size
     raw = call.empty(g.summaries_shape(m.chunk_size), dtype_of(k)) if out is None else out
@@ -302,29 +334,36 @@ def summarize(k, summary_query=None, *, cu_seqlens_k=None, max_seqlen_k=None, la
 
 def _summarize_batch(call: _Call):
     if not call.varlen:
-        return _core.Batch()
+        return _core.Batch(max_seqlen_k=call.max_k, seqlens_k=call.seqlens_k, block_table=call.block_table)
     return _core.Batch(cu_seqlens_q=call.cu_k, cu_seqlens_k=call.cu_k, max_seqlen_q=call.max_k,
                        max_seqlen_k=call.max_k)
 
 
 def route(q, k=None, summary_query=None, *, summaries=None, n_k=None, cu_seqlens_q=None, cu_seqlens_k=None,
-          max_seqlen_q=None, max_seqlen_k=None, seqlens_q=None, seqlens_k=None, layout: str = "bnhd",
+          max_seqlen_q=None, max_seqlen_k=None, seqlens_q=None, seqlens_k=None, block_table=None,
+          layout: str = "bnhd",
           chunk_size: int = 64, alpha: float = 1.5, gamma: float = 1.0, sigma: float = 1e8,
           prior: str = "estimate_diagonal", scale: Optional[float] = None, solver: str = "exact",
           backend: str = "auto", stream=None) -> Routing:
     """Stage 0 + 1: routing only (mask, tau, mu, active chunks and, via .stats(), sparsity).
 
-    Give the keys k (summaries are computed with summary_query), or precomputed `summaries`
-    [b, >= max_chunks, h_kv, d] together with n_k (padded batches) or cu_seqlens_k / max_seqlen_k (varlen).
+    Give the keys k (summaries are computed with summary_query; a page pool with block_table as in forward), or
+    precomputed `summaries` [b, >= max_chunks, h_kv, d] together with n_k (padded batches) or cu_seqlens_k /
+    max_seqlen_k (varlen).
     """
     m = method(chunk_size, alpha, gamma, sigma, prior, scale, solver)
     if summaries is None:
         if k is None:
             raise InvalidArgumentError("invalid argument 'k': expected the keys, or pass summaries= and n_k=, got None")
+        paged = block_table is not None
+        if paged and max_seqlen_k is None:
+            max_seqlen_k = int(np.shape(block_table)[1]) * _page_size(k, layout)
+        # A paged Stage 0 reads each sequence's pages only up to its length: pages past it may be unassigned.
         summaries = summarize(k, summary_query, cu_seqlens_k=cu_seqlens_k, max_seqlen_k=max_seqlen_k,
-                              layout=layout, chunk_size=chunk_size, backend=backend, stream=stream)
+                              seqlens_k=seqlens_k if paged else None, block_table=block_table, layout=layout,
+                              chunk_size=chunk_size, backend=backend, stream=stream)
         if n_k is None and cu_seqlens_k is None:
-            n_k = int(k.shape[2] if layout == "bhnd" else k.shape[1])
+            n_k = max_seqlen_k if paged else int(k.shape[2] if layout == "bhnd" else k.shape[1])
     elif n_k is None and cu_seqlens_k is None:
         raise InvalidArgumentError("invalid argument 'n_k': expected the key length with precomputed summaries, "
                                    "got None")
@@ -352,23 +391,27 @@ def _at_least_one_chunk(call: _Call, summaries, m):
 
 
 def attend(q, k, v, routing: Routing, *, summaries=None, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
-           max_seqlen_k=None, seqlens_q=None, seqlens_k=None, layout: str = "bnhd", chunk_size: Optional[int] = None,
+           max_seqlen_k=None, seqlens_q=None, seqlens_k=None, block_table=None, layout: str = "bnhd",
+           chunk_size: Optional[int] = None,
            alpha: float = 1.5, gamma: float = 1.0, sigma: float = 1e8, prior: str = "estimate_diagonal",
            scale: Optional[float] = None, solver: str = "exact", return_lse: bool = False, backend: str = "auto",
            out=None, stream=None):
     """Stage 2: sparse attention over the routed chunks plus the diagonal chunk, given a Routing from route().
 
     The method parameters must be those routing used (the chunk size defaults to routing.chunk_size); the
-    batch layout defaults to the one recorded in the Routing.
+    batch layout defaults to the one recorded in the Routing. Paged k and v take block_table as in forward;
+    max_seqlen_k then defaults to the key length routing used (routing.n_k).
     """
     chunk = routing.chunk_size if chunk_size is None else chunk_size
     m = method(chunk, alpha, gamma, sigma, prior, scale, solver)
     if cu_seqlens_q is None and cu_seqlens_k is None and seqlens_q is None and seqlens_k is None:
         cu_seqlens_q, cu_seqlens_k = routing.cu_seqlens_q, routing.cu_seqlens_k
         seqlens_q, seqlens_k = routing.seqlens_q, routing.seqlens_k
+    if block_table is not None and max_seqlen_k is None:
+        max_seqlen_k = routing.n_k
     call = _Call(q, k, layout=layout, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                  max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, seqlens_q=seqlens_q, seqlens_k=seqlens_k,
-                 stream=stream)
+                 stream=stream, block_table=block_table)
     g = call.geom
     summaries = routing.summaries if summaries is None else summaries
     o_raw = call.empty(tuple(q.shape), dtype_of(q)) if out is None else out

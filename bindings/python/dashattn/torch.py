@@ -42,24 +42,27 @@ def _out_shape(q: Tensor, layout: str, out_layout: str) -> Tuple[int, ...]:
 def _forward_op(q: Tensor, k: Tensor, v: Tensor, summary_query: Optional[Tensor], cu_seqlens_q: Optional[Tensor],
                 cu_seqlens_k: Optional[Tensor], max_seqlen_q: int, max_seqlen_k: int, seqlens_q: Optional[Tensor],
                 seqlens_k: Optional[Tensor], layout: str, out_layout: str, chunk_size: int, alpha: float,
-                gamma: float, sigma: float, prior: str, scale: float, solver: str,
-                backend: str) -> Tuple[Tensor, Tensor]:
+                gamma: float, sigma: float, prior: str, scale: float, solver: str, backend: str,
+                block_table: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
     varlen = cu_seqlens_q is not None
+    # A paged call's padded key length: given, or (0) the block table's width times the page size.
+    paged_max_k = max_seqlen_k if block_table is not None and max_seqlen_k > 0 else None
     o = q.new_empty(_out_shape(q, layout, out_layout))
     # o in another layout than q: hand the extension a view of o in q's layout (same memory, permuted strides).
     o_view = o if out_layout == layout or q.dim() != 4 else o.transpose(1, 2)
     o_view, lse = _api.forward(
         q, k, v, summary_query, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
-        max_seqlen_q=max_seqlen_q if varlen else None, max_seqlen_k=max_seqlen_k if varlen else None,
-        seqlens_q=seqlens_q, seqlens_k=seqlens_k, layout=layout, chunk_size=chunk_size, alpha=alpha, gamma=gamma,
-        sigma=sigma, prior=prior, scale=scale if scale > 0 else None, solver=solver, return_lse=True,
-        backend=backend, out=o_view)
+        max_seqlen_q=max_seqlen_q if varlen else None, max_seqlen_k=max_seqlen_k if varlen else paged_max_k,
+        seqlens_q=seqlens_q, seqlens_k=seqlens_k, block_table=block_table, layout=layout, chunk_size=chunk_size,
+        alpha=alpha, gamma=gamma, sigma=sigma, prior=prior, scale=scale if scale > 0 else None, solver=solver,
+        return_lse=True, backend=backend, out=o_view)
     return o, lse
 
 
 @_forward_op.register_fake
 def _forward_fake(q, k, v, summary_query, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqlens_q,
-                  seqlens_k, layout, out_layout, chunk_size, alpha, gamma, sigma, prior, scale, solver, backend):
+                  seqlens_k, layout, out_layout, chunk_size, alpha, gamma, sigma, prior, scale, solver, backend,
+                  block_table=None):
     o = q.new_empty(_out_shape(q, layout, out_layout))
     lse = q.new_empty(_lse_shape(q, layout, cu_seqlens_q is not None), dtype=torch.float32)
     return o, lse
@@ -67,7 +70,7 @@ def _forward_fake(q, k, v, summary_query, cu_seqlens_q, cu_seqlens_k, max_seqlen
 
 def _setup_context(ctx, inputs, output):
     q = inputs[0]
-    backend = inputs[-1]
+    backend = inputs[19]
     ctx.backend_name = _api.resolve_backend(backend, "cpu" if q.device.type == "cpu" else q.device.type)
 
 
@@ -103,11 +106,15 @@ def _int32(x: Optional[Tensor], like: Tensor, name: str) -> Optional[Tensor]:
 def dash_attention(q: Tensor, k: Tensor, v: Tensor, summary_query: Optional[Tensor] = None, *,
                    cu_seqlens_q: Optional[Tensor] = None, cu_seqlens_k: Optional[Tensor] = None,
                    max_seqlen_q: Optional[int] = None, max_seqlen_k: Optional[int] = None,
-                   seqlens_q: Optional[Tensor] = None, seqlens_k: Optional[Tensor] = None, layout: str = "bnhd",
-                   out_layout: Optional[str] = None, chunk_size: int = 64, alpha: float = 1.5, gamma: float = 1.0,
-                   sigma: float = 1e8, prior: str = "estimate_diagonal", scale: Optional[float] = None,
-                   solver: str = "exact", return_lse: bool = False, backend: str = "auto"):
+                   seqlens_q: Optional[Tensor] = None, seqlens_k: Optional[Tensor] = None,
+                   block_table: Optional[Tensor] = None, layout: str = "bnhd", out_layout: Optional[str] = None,
+                   chunk_size: int = 64, alpha: float = 1.5, gamma: float = 1.0, sigma: float = 1e8,
+                   prior: str = "estimate_diagonal", scale: Optional[float] = None, solver: str = "exact",
+                   return_lse: bool = False, backend: str = "auto"):
     """DashAttention as a torch op (``torch.ops.dashattn.forward``); arguments as dashattn.forward.
+
+    block_table (int32 [b, max_pages]) makes k and v paged caches [num_pages, page_size, h_kv, d], as in
+    flash_attn_with_kvcache, with seqlens_k as its cache_seqlens.
 
     out_layout: layout of the returned o ("bnhd" or "bhnd"; default: `layout`), e.g. q in [b, h, n, d] and o in
     [b, n, h, d] as attention layers of Hugging Face models want it, without a transpose copy.
@@ -123,7 +130,7 @@ def dash_attention(q: Tensor, k: Tensor, v: Tensor, summary_query: Optional[Tens
         q, k, v, summary_query, cu_q, cu_k, _max_len(cu_q, max_seqlen_q), _max_len(cu_k, max_seqlen_k),
         _int32(seqlens_q, q, "seqlens_q"), _int32(seqlens_k, q, "seqlens_k"), layout, out_layout, int(chunk_size),
         float(alpha), float(gamma), float(sigma), str(prior), 0.0 if scale is None else float(scale), str(solver),
-        str(backend))
+        str(backend), _int32(block_table, q, "block_table"))
     return (o, lse) if return_lse else o
 
 
@@ -137,7 +144,8 @@ class DashAttention(nn.Module):
     (zero gives mean pooling of each chunk's keys).
 
     forward(q, k, v, **batch) takes the tensors in `layout` and returns o in `out_layout` (default `layout`);
-    keyword arguments cu_seqlens_q/k, max_seqlen_q/k, seqlens_q/k describe varlen or padded batches.
+    keyword arguments cu_seqlens_q/k, max_seqlen_q/k, seqlens_q/k, block_table describe varlen, padded or paged
+    batches.
     """
 
     def __init__(self, num_kv_heads: int, head_dim: int, *, chunk_size: int = 64, alpha: float = 1.5,

@@ -4,6 +4,7 @@
 // normalize step turns rank-3 varlen tensors into rank-4 [1, total, h, d] views so backends see one shape.
 #pragma once
 
+#include "dashattn/paging.h"
 #include "dashattn/params.h"
 
 namespace dashattn {
@@ -43,10 +44,22 @@ inline int64_t last_query_chunk(const ProblemShape& s) { return s.n_k > 0 ? (s.n
 // Sequence s's query/key row offsets and lengths within the (normalized) tensors, read from host memory. Only
 // for backends whose BatchLayout arrays are host-visible (the CPU).
 struct SequenceSpan {
+  int64_t seq = 0;          // the sequence (its row of a paged batch's block table)
   int64_t batch_index = 0;  // index into the b axis (0 for varlen)
   int64_t q_begin = 0, n_q = 0;
   int64_t k_begin = 0, n_k = 0;
 };
 SequenceSpan sequence_span(const BatchLayout& batch, int64_t s, int64_t padded_n_q, int64_t padded_n_k);
+
+// The page translation of a (normalized) K/V view: none unless batch.block_table is set.
+inline KeyPages key_pages(const BatchLayout& batch, const TensorView& k) {
+  if (!batch.is_paged()) return KeyPages{};
+  return KeyPages{batch.block_table, batch.block_table_stride, k.shape[1]};
+}
+
+// Key j of sequence sp in the K/V view.
+inline KeyRow locate_key(const KeyPages& pages, const SequenceSpan& sp, int64_t j) {
+  return locate_key(pages, sp.seq, sp.batch_index, sp.k_begin, j);
+}
 
 }  // namespace dashattn

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "reference/backend_io.h"
+#include "reference/paged.h"
 #include "reference/reference.h"
 
 namespace dashattn::ref {
@@ -32,6 +33,11 @@ struct RunOptions {
   bool caller_summaries = true;   // pass a caller-owned summary cache (and read it back)
   bool routing_outputs = true;    // pass caller-owned mask / tau / mu / active_chunks
   bool with_lse = true;
+  // > 0: k and v go to the backend as a page pool of this many keys per page (make_pool, shuffled with
+  // page_seed; share_first_page: sequences 0 and 1 share their first page, see paged.h) with its block table.
+  int64_t page_size = 0;
+  uint64_t page_seed = 1;
+  bool share_first_page = false;
 };
 
 struct RunResult {

@@ -1,0 +1,102 @@
+#include "reference/paged.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <stdexcept>
+
+namespace dashattn::ref {
+namespace {
+
+int64_t key_length(const Problem& pr, int64_t s) {
+  return pr.seqlens_k.empty() ? pr.spec.n_k : pr.seqlens_k[static_cast<size_t>(s)];
+}
+
+// Every element of a pool tensor set to a quiet NaN of its dtype.
+void fill_nan(HostTensor& t) {
+  const int64_t n = t.view.numel();
+  for (int64_t i = 0; i < n; ++i) {
+    store_from_float(t.bytes.data() + i * dtype_size(t.view.dtype), t.view.dtype, std::nanf(""));
+  }
+}
+
+// Copies row (b, j) of a contiguous-per-head [b, n, h, d] view into row (page, row) of a pool.
+void copy_row(const TensorView& from, int64_t b, int64_t j, HostTensor& pool, int64_t page, int64_t row) {
+  const int64_t es = dtype_size(from.dtype);
+  for (int64_t h = 0; h < from.shape[2]; ++h) {
+    std::memcpy(pool.bytes.data() + pool.view.offset(page, row, h, 0) * es,
+                static_cast<const char*>(from.data) + from.offset(b, j, h, 0) * es,
+                static_cast<size_t>(from.shape[3] * es));
+  }
+}
+
+}  // namespace
+
+BatchLayout PagePool::layout(const Problem& pr) const {
+  BatchLayout l = pr.layout();
+  l.block_table = table.data();
+  l.block_table_stride = stride;
+  l.max_seqlen_k = static_cast<int>(pr.spec.n_k);
+  return l;
+}
+
+void share_prefix(Problem& pr, int64_t page_size) {
+  if (pr.varlen() || pr.spec.batch < 2) throw std::invalid_argument("share_prefix: a padded problem of two sequences");
+  const int64_t es = dtype_size(pr.k.view.dtype);
+  for (HostTensor* t : {&pr.k, &pr.v}) {
+    const TensorView& v = t->view;
+    for (int64_t j = 0; j < std::min(page_size, v.shape[1]); ++j)
+      for (int64_t h = 0; h < v.shape[2]; ++h)
+        std::memcpy(t->bytes.data() + v.offset(1, j, h, 0) * es, t->bytes.data() + v.offset(0, j, h, 0) * es,
+                    static_cast<size_t>(v.shape[3] * es));
+  }
+}
+
+PagePool make_pool(const Problem& pr, int64_t page_size, uint64_t seed, bool share, int64_t extra_pages, int64_t slack) {
+  if (pr.varlen()) throw std::invalid_argument("make_pool: paged K/V takes a padded problem");
+  const int64_t b = pr.spec.batch, h_kv = pr.spec.h_kv, d = pr.spec.d;
+  PagePool pool;
+  pool.page_size = page_size;
+  pool.stride = (pr.spec.n_k + page_size - 1) / page_size + slack;
+
+  // Pages each sequence owns; with share, sequence 1 reuses sequence 0's first page when both have keys.
+  std::vector<int64_t> used(static_cast<size_t>(b));
+  int64_t owned = 0;
+  for (int64_t s = 0; s < b; ++s) {
+    used[s] = (key_length(pr, s) + page_size - 1) / page_size;
+    owned += used[s];
+  }
+  const bool shared = share && b >= 2 && used[0] > 0 && used[1] > 0;
+  if (shared) --owned;
+  const int64_t pages = owned + std::max<int64_t>(extra_pages, 1);
+  std::vector<int32_t> order(static_cast<size_t>(pages));
+  std::iota(order.begin(), order.end(), 0);
+  std::mt19937_64 gen(seed);
+  std::shuffle(order.begin(), order.end(), gen);
+  const int32_t garbage = order.back();  // owned by nobody; entries past a sequence's length point here
+
+  pool.table.assign(static_cast<size_t>(b * pool.stride), garbage);
+  size_t next = 0;
+  for (int64_t s = 0; s < b; ++s) {
+    for (int64_t j = 0; j < used[s]; ++j) {
+      pool.table[s * pool.stride + j] = (s == 1 && j == 0 && shared) ? pool.table[0] : order[next++];
+    }
+  }
+
+  pool.k = make_host_tensor(pr.k.view.dtype, {pages, page_size, h_kv, d});
+  pool.v = make_host_tensor(pr.v.view.dtype, {pages, page_size, h_kv, d});
+  fill_nan(pool.k);
+  fill_nan(pool.v);
+  for (int64_t s = 0; s < b; ++s) {
+    for (int64_t j = 0; j < key_length(pr, s); ++j) {
+      const int64_t page = pool.table[s * pool.stride + j / page_size];
+      copy_row(pr.k.view, s, j, pool.k, page, j % page_size);
+      copy_row(pr.v.view, s, j, pool.v, page, j % page_size);
+    }
+  }
+  return pool;
+}
+
+}  // namespace dashattn::ref
