@@ -193,12 +193,6 @@ __device__ __forceinline__ SequenceSpan device_sequence_span(const DeviceBatch& 
   return sp;
 }
 
-// Where key j of sequence span sp lives in the K/V view (a page and its row for a paged batch). Callers translate
-// the first key of a chunk or a 64-key tile: neither straddles a page.
-__device__ __forceinline__ KeyRow device_locate_key(const KeyPages& pages, const SequenceSpan& sp, int64_t j) {
-  return locate_key(pages, sp.seq, sp.batch_index, sp.k_begin, j);
-}
-
 // Per-row outputs ([b, heads, rows] views: lse, tau, mu, active_chunks) of row `row` of sequence span sp.
 __device__ __forceinline__ int64_t row_output_offset(const DeviceTensor& t, const SequenceSpan& sp, int64_t head,
                                                      int64_t row) {

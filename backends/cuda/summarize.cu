@@ -45,7 +45,7 @@ __global__ void __launch_bounds__(kThreads) summarize_kernel(SummarizeArgs a, bo
   __shared__ __align__(16) float weights[kMaxChunk];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   // The chunk's first key in the K/V view (a chunk lies in one page of a paged pool).
-  const KeyRow first = device_locate_key(a.pages, sp, c * a.chunk);
+  const KeyRow first = locate_key(a.pages, sp, c * a.chunk);
   const int64_t key0 = first.row;
   // The summary query in registers: lane l holds elements l, l + 32, ... of the head dim (the order in which a
   // key's dot product takes them). Its loads are issued before the keys are stored, so that the two round trips

@@ -57,8 +57,8 @@ inline KeyPages key_pages(const BatchLayout& batch, const TensorView& k) {
   return KeyPages{batch.block_table, batch.block_table_stride, k.shape[1]};
 }
 
-// Key j of sequence sp in the K/V view.
-inline KeyRow locate_key(const KeyPages& pages, const SequenceSpan& sp, int64_t j) {
+// Key j of sequence sp in the K/V view (host and device code).
+DASHATTN_HD KeyRow locate_key(const KeyPages& pages, const SequenceSpan& sp, int64_t j) {
   return locate_key(pages, sp.seq, sp.batch_index, sp.k_begin, j);
 }
 
