@@ -106,7 +106,8 @@ struct Inputs {
 };
 
 // A paged batch (block_table): k is a page pool [pages, P, h_kv, d]. Checks the page size against the chunk and
-// the 64-key tile, the table's width against max_seqlen_k and, in host memory, every entry a sequence uses.
+// the 64-key tile, the table's width against max_seqlen_k and, in host memory, every entry a sequence uses (its
+// length from cu_seqlens_k in a packed batch, seqlens_k or max_seqlen_k in a padded one).
 void check_pages(const BatchLayout& b, const TensorView& k, int64_t chunk, int64_t batch, bool host_visible) {
   const int64_t pages = k.shape[0], page = k.shape[1];
   if (pages < 1) throw InvalidArgument("k.shape[0] (pages of the pool)", ">= 1 with block_table", str(pages));
@@ -123,9 +124,11 @@ void check_pages(const BatchLayout& b, const TensorView& k, int64_t chunk, int64
   }
   if (!host_visible) return;
   for (int64_t i = 0; i < batch; ++i) {
-    const int64_t nk = b.seqlens_k ? b.seqlens_k[i] : b.max_seqlen_k;
+    const int64_t nk = b.cu_seqlens_k ? b.cu_seqlens_k[i + 1] - b.cu_seqlens_k[i]
+                                      : b.seqlens_k ? b.seqlens_k[i] : b.max_seqlen_k;
     if (nk < 0 || nk > b.max_seqlen_k) {
-      throw InvalidArgument("seqlens_k[" + str(i) + "]", "in [0, max_seqlen_k = " + str(b.max_seqlen_k) + "]", str(nk));
+      throw InvalidArgument(std::string(b.cu_seqlens_k ? "cu_seqlens_k" : "seqlens_k") + "[" + str(i) + "]",
+                            "a length in [0, max_seqlen_k = " + str(b.max_seqlen_k) + "]", str(nk));
     }
     for (int64_t j = 0; j < (nk + page - 1) / page; ++j) {
       const int64_t entry = b.block_table[i * b.block_table_stride + j];
@@ -134,15 +137,6 @@ void check_pages(const BatchLayout& b, const TensorView& k, int64_t chunk, int64
                               str(entry));
       }
     }
-  }
-}
-
-// Paged K/V takes a padded batch. Checked before the tensors are reshaped: a packed batch wants rank-3 (or b = 1)
-// tensors, and a page pool [pages, P, h_kv, d] would otherwise be reported as a bad k.shape[0].
-void reject_paged_varlen(const BatchLayout& b) {
-  if (b.is_paged() && b.is_varlen()) {
-    throw InvalidArgument("block_table", "null with a packed varlen batch (paged K/V takes a padded batch with seqlens_k)",
-                          "non-null");
   }
 }
 
@@ -185,11 +179,13 @@ void check_batch(const BatchLayout& b, const TensorView& q, const TensorView& k,
         throw InvalidArgument("cu_seqlens_q[num_seqs]", "the rows of q (" + str(q.shape[1]) + ")",
                               str(cq[b.num_seqs]));
       }
-      if (ck[b.num_seqs] != k.shape[1]) {
+      if (!b.is_paged() && ck[b.num_seqs] != k.shape[1]) {
         throw InvalidArgument("cu_seqlens_k[num_seqs]", "the rows of k (" + str(k.shape[1]) + ")",
                               str(ck[b.num_seqs]));
       }
     }
+    // A packed batch's keys may live in a page pool: then cu_seqlens_k gives the lengths, the table the rows.
+    if (b.is_paged()) check_pages(b, k, s->chunk, b.num_seqs, host_visible);
     return;
   }
   s->batch = q.shape[0];
@@ -221,7 +217,6 @@ Inputs check_qkv(const TensorView& q_in, const TensorView& k_in, const TensorVie
                  const MethodParams* method, float scale) {
   Inputs in;
   const bool varlen = batch.is_varlen();
-  reject_paged_varlen(batch);
   if (!method && batch.is_paged()) {
     throw InvalidArgument("block_table", "null for dense attention (it takes contiguous K/V)", "non-null");
   }
@@ -230,11 +225,13 @@ Inputs check_qkv(const TensorView& q_in, const TensorView& k_in, const TensorVie
   const Device dev = q_in.device;
   check_attention_input("q", in.q, in.q.dtype, dev);
   require_defined("k", k_in);
-  in.k = to_rank4("k", k_in, varlen);
+  // A page pool is rank 4 [pages, P, h_kv, d] in a packed batch too.
+  const bool packed_kv = varlen && !batch.is_paged();
+  in.k = to_rank4("k", k_in, packed_kv);
   check_attention_input("k", in.k, in.q.dtype, dev);
   if (v_in) {
     require_defined("v", *v_in);
-    in.v = to_rank4("v", *v_in, varlen);
+    in.v = to_rank4("v", *v_in, packed_kv);
     check_attention_input("v", in.v, in.q.dtype, dev);
   }
   ProblemShape& s = in.shape;
@@ -391,9 +388,8 @@ SummarizeParams normalize_summarize(const SummarizeParams& p) {
   validate_method(p.method);
   SummarizeParams n = p;
   const bool varlen = p.batch.is_varlen();
-  reject_paged_varlen(p.batch);
   require_defined("k", p.k);
-  n.k = to_rank4("k", p.k, varlen);
+  n.k = to_rank4("k", p.k, varlen && !p.batch.is_paged());  // a page pool is rank 4 in a packed batch too
   check_attention_input("k", n.k, n.k.dtype, n.k.device);
   ProblemShape s;
   s.h_kv = n.k.shape[2];
@@ -405,10 +401,10 @@ SummarizeParams normalize_summarize(const SummarizeParams& p) {
     throw InvalidArgument("cu_seqlens_k", "non-null with num_seqs >= 1 and max_seqlen_k >= 1", "an incomplete varlen layout");
   }
   if (p.batch.is_paged()) {
-    // A page pool has no batch axis: the summary cache's says how many sequences there are.
+    // A padded batch's page pool has no batch axis: the summary cache's says how many sequences there are.
     require_defined("summaries", p.summaries);
     if (p.summaries.rank != 4) throw InvalidArgument("summaries", "rank 4 [b, max_chunks, h_kv, d]", p.summaries.shape_string());
-    s.batch = p.summaries.shape[0];
+    if (!varlen) s.batch = p.summaries.shape[0];
     s.n_k = p.batch.max_seqlen_k;
     check_pages(p.batch, n.k, p.method.chunk_size, s.batch, n.k.device.type == DeviceType::kCpu);
   } else if (!varlen && p.batch.seqlens_k && n.k.device.type == DeviceType::kCpu) {

@@ -1,8 +1,9 @@
 // Paged K/V on the CUDA backend: forward on a page pool (pages in a shuffled order, NaN spare pages, NaN pages
 // behind every unused table entry, one page shared by two sequences) writes the same bits as forward on the
-// contiguous tensors, in every output: o, lse, mask, τ, μ, active counts and the summaries. The shapes reach each
-// place that addresses K/V: Stage 0's chunk reads, Stage 2's whole tiles by tensor copy (prefill, and the
-// decode split's evict-first copies) and its last partial tile by cp.async, at every compiled head dim.
+// contiguous tensors, in every output: o, lse, mask, τ, μ, active counts and the summaries, for padded and packed
+// varlen batches. The shapes reach each place that addresses K/V: Stage 0's chunk reads, Stage 2's whole tiles by
+// tensor copy (prefill, and the decode split's evict-first copies) and its last partial tile by cp.async, at every
+// compiled head dim.
 #include <doctest/doctest.h>
 
 #include <string>
@@ -88,6 +89,13 @@ TEST_CASE("cuda paged K/V: forward equals the contiguous run bit for bit") {
     e.spec.seqlens_k = {4000, 3001, 64, 1999};
     e.share = true;
     cases.push_back(e);
+    // A packed varlen batch on pages (a serving engine's chunked prefill beside decode rows): cu_seqlens_k gives
+    // the lengths, the table the rows; the first page shared.
+    PagedCase f{"packed g=4 C=64 P=64" + at, spec(1, 0, 0, 8, 2, d, DType::kBF16, 8.0, 213), 64, 64};
+    f.spec.varlen_q = {1, 300, 57};
+    f.spec.varlen_k = {1000, 300, 600};
+    f.share = true;
+    cases.push_back(f);
     // Decode, three new tokens, g = 16 over one KV head, C = 32.
     cases.push_back({"decode t=3 g=16 C=32 P=64" + at, spec(2, 3, 1500, 16, 1, d, DType::kBF16, 16.0, 211), 32, 64});
   }

@@ -112,18 +112,6 @@ TEST_CASE("paged K/V: bad pages, tables and layouts name their argument") {
         "block_table[1, 1]");
     expect_invalid_forward(*be, [](Fixture& fx) { fx.pool.table[0] = -1; }, "block_table[0, 0]");
   }
-  SUBCASE("a packed varlen batch with a block table") {
-    expect_invalid_forward(
-        *be,
-        [](Fixture& fx) {
-          static const std::vector<int32_t> cu = {0, 128, 198};
-          fx.p.batch.cu_seqlens_q = fx.p.batch.cu_seqlens_k = cu.data();
-          fx.p.batch.num_seqs = 2;
-          fx.p.batch.max_seqlen_q = 128;
-          fx.p.batch.seqlens_q = fx.p.batch.seqlens_k = nullptr;
-        },
-        "block_table");
-  }
   SUBCASE("max_seqlen_k below 1") {
     expect_invalid_forward(*be, [](Fixture& fx) { fx.p.batch.max_seqlen_k = 0; }, "max_seqlen_k");
   }

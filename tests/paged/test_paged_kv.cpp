@@ -239,3 +239,85 @@ TEST_CASE("paged stages equal contiguous K/V bit for bit: summarize, route, atte
     }
   }
 }
+
+// A packed varlen batch whose keys live in a page pool (chunked prefill in a serving engine): cu_seqlens_k gives
+// the lengths, the table the rows. Checked through the reference library's run_forward, which builds the same
+// kind of pool (shuffled, NaN spare pages, a shared first page); a bad entry of a packed batch's table is named.
+TEST_CASE("paged forward equals contiguous K/V bit for bit: packed varlen batches") {
+  Backend* be = cpu_backend();
+  if (be == nullptr) {
+    MESSAGE("no cpu backend in this build: skipped");
+    return;
+  }
+  struct Packed {
+    std::vector<int32_t> q, k;
+    int64_t h_q, h_kv, d, page;
+    int chunk;
+    DType dtype;
+  };
+  const Packed shapes[] = {{{300, 3, 130}, {300, 500, 130}, 8, 2, 64, 64, 16, DType::kF32},
+                           {{1, 2, 70}, {257, 1000, 70}, 8, 2, 128, 128, 64, DType::kBF16},
+                           {{200, 64, 1}, {400, 64, 700}, 4, 4, 64, 256, 128, DType::kF32}};
+  uint64_t seed = 71;
+  for (const Packed& c : shapes) {
+    ref::ProblemSpec spec;
+    spec.h_q = c.h_q;
+    spec.h_kv = c.h_kv;
+    spec.d = c.d;
+    spec.dtype = c.dtype;
+    spec.varlen_q = c.q;
+    spec.varlen_k = c.k;
+    spec.seed = seed++;
+    ref::Problem pr = ref::make_problem(spec);
+    share_prefix(pr, c.page);
+    MethodParams m;
+    m.chunk_size = c.chunk;
+    m.gamma = 8.0f;
+    INFO("d " << c.d << " C " << c.chunk << " P " << c.page << " " << dtype_name(c.dtype));
+    ref::RunOptions contiguous;
+    ref::RunOptions paged = contiguous;
+    paged.page_size = c.page;
+    paged.page_seed = seed++;
+    paged.share_first_page = true;
+    const ref::RunResult want = ref::run_forward(*be, pr, m, contiguous);
+    const ref::RunResult got = ref::run_forward(*be, pr, m, paged);
+    check_same_bytes(got.out.o, want.out.o, "o");
+    check_same_bytes(got.out.lse, want.out.lse, "lse");
+    check_same_bytes(got.out.mask, want.out.mask, "mask");
+    check_same_bytes(got.out.tau, want.out.tau, "tau");
+    check_same_bytes(got.out.mu, want.out.mu, "mu");
+    check_same_bytes(got.out.active, want.out.active, "active chunks");
+    check_same_bytes(got.out.summaries, want.out.summaries, "summaries");
+    CHECK_FALSE(has_nan(got.out.o));
+  }
+
+  // A table entry outside the pool, in a packed batch: named before anything runs.
+  ref::ProblemSpec spec;
+  spec.h_q = 4;
+  spec.h_kv = 2;
+  spec.d = 64;
+  spec.dtype = DType::kF32;
+  spec.varlen_q = {100, 20};
+  spec.varlen_k = {100, 200};
+  const ref::Problem pr = ref::make_problem(spec);
+  PagePool pool = make_pool(pr, 64, 5, /*share=*/false);
+  pool.table[1 * pool.stride + 2] = -3;
+  ref::HostTensor o = ref::make_host_tensor(DType::kF32, {120, 4, 64});
+  std::memset(o.bytes.data(), 0x5a, o.bytes.size());
+  const std::vector<unsigned char> before = o.bytes;
+  ForwardParams p;
+  p.q = pr.q.view;
+  p.k = pool.k.view;
+  p.v = pool.v.view;
+  p.summary_query = pr.summary_query.view;
+  p.o = o.view;
+  p.batch = pool.layout(pr);
+  p.method.chunk_size = 16;
+  try {
+    forward(*be, p);
+    FAIL("expected InvalidArgument");
+  } catch (const InvalidArgument& e) {
+    CHECK(std::string(e.what()).find("block_table[1, 2]") != std::string::npos);
+  }
+  CHECK(o.bytes == before);
+}

@@ -162,10 +162,36 @@ def test_paged_errors_name_the_argument(rng):
     bad[2, 0] = kp.shape[0]
     with pytest.raises(errors.InvalidArgumentError, match=r"block_table\[2, 0\]"):
         dashattn.forward(q, kp, vp, block_table=bad, **batch)
-    cu = np.array([0, 128, 198, 203], np.int32)
-    with pytest.raises(errors.InvalidArgumentError, match="block_table"):
-        dashattn.forward(q.reshape(-1, 4, 64)[:203], kp.reshape(-1, 2, 64), vp.reshape(-1, 2, 64), block_table=table,
-                         cu_seqlens_q=cu, cu_seqlens_k=cu, chunk_size=16, backend="cpu")
+
+
+def test_packed_varlen_batch_on_pages_equals_contiguous(rng):
+    """A packed batch (chunked prefill beside decode rows) with its keys in a shuffled page pool: cu_seqlens_k
+    gives the lengths, the table the rows; the result is bit for bit that of the packed contiguous keys."""
+    lens_q, lens_k, page, h_q, h_kv, d = [1, 100, 37], [300, 100, 250], 64, 4, 2, 64
+    cq = np.cumsum([0] + lens_q).astype(np.int32)
+    ck = np.cumsum([0] + lens_k).astype(np.int32)
+    q = rng.standard_normal((cq[-1], h_q, d)).astype(np.float32)
+    k = rng.standard_normal((ck[-1], h_kv, d)).astype(np.float32)
+    v = rng.standard_normal((ck[-1], h_kv, d)).astype(np.float32)
+    used = [(n + page - 1) // page for n in lens_k]
+    order = rng.permutation(sum(used) + 2)  # two spare pages, NaN
+    kp = np.full((len(order), page, h_kv, d), np.nan, np.float32)
+    vp = kp.copy()
+    table = np.full((len(lens_k), max(used) + 1), order[-1], np.int32)
+    taken = 0
+    for s, n in enumerate(lens_k):
+        for j in range(used[s]):
+            table[s, j] = order[taken]
+            taken += 1
+            rows = slice(ck[s] + j * page, ck[s] + min(n, (j + 1) * page))
+            kp[table[s, j], :rows.stop - rows.start] = k[rows]
+            vp[table[s, j], :rows.stop - rows.start] = v[rows]
+    batch = dict(cu_seqlens_q=cq, cu_seqlens_k=ck, max_seqlen_q=max(lens_q), max_seqlen_k=max(lens_k), chunk_size=16,
+                 gamma=8.0, backend="cpu")
+    want = dashattn.forward(q, k, v, **batch)
+    got = dashattn.forward(q, kp, vp, block_table=table, **batch)
+    assert np.array_equal(got, want)
+    assert not np.isnan(got).any()
 
 
 @requires_torch

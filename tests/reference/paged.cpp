@@ -10,10 +10,6 @@
 namespace dashattn::ref {
 namespace {
 
-int64_t key_length(const Problem& pr, int64_t s) {
-  return pr.seqlens_k.empty() ? pr.spec.n_k : pr.seqlens_k[static_cast<size_t>(s)];
-}
-
 // Every element of a pool tensor set to a quiet NaN of its dtype.
 void fill_nan(HostTensor& t) {
   const int64_t n = t.view.numel();
@@ -22,13 +18,18 @@ void fill_nan(HostTensor& t) {
   }
 }
 
-// Copies row (b, j) of a contiguous-per-head [b, n, h, d] view into row (page, row) of a pool.
-void copy_row(const TensorView& from, int64_t b, int64_t j, HostTensor& pool, int64_t page, int64_t row) {
-  const int64_t es = dtype_size(from.dtype);
-  for (int64_t h = 0; h < from.shape[2]; ++h) {
+// Element offset of key j of sequence span sp, head h, in a problem's K/V view: rank 4 [b, n, h, d], or rank 3
+// [total, h, d] for a packed batch.
+int64_t key_offset(const TensorView& t, const Span& sp, int64_t j, int64_t h) {
+  return t.rank == 3 ? t.offset(sp.k_begin + j, h) : t.offset(sp.batch_index, sp.k_begin + j, h);
+}
+
+// Copies key j of sequence span sp (every head) into row (page, row) of a pool.
+void copy_row(const TensorView& from, const Span& sp, int64_t j, HostTensor& pool, int64_t page, int64_t row) {
+  const int64_t es = dtype_size(from.dtype), h_kv = pool.view.shape[2], d = pool.view.shape[3];
+  for (int64_t h = 0; h < h_kv; ++h) {
     std::memcpy(pool.bytes.data() + pool.view.offset(page, row, h, 0) * es,
-                static_cast<const char*>(from.data) + from.offset(b, j, h, 0) * es,
-                static_cast<size_t>(from.shape[3] * es));
+                static_cast<const char*>(from.data) + key_offset(from, sp, j, h) * es, static_cast<size_t>(d * es));
   }
 }
 
@@ -38,34 +39,32 @@ BatchLayout PagePool::layout(const Problem& pr) const {
   BatchLayout l = pr.layout();
   l.block_table = table.data();
   l.block_table_stride = stride;
-  l.max_seqlen_k = static_cast<int>(pr.spec.n_k);
+  l.max_seqlen_k = static_cast<int>(pr.padded_n_k());
   return l;
 }
 
 void share_prefix(Problem& pr, int64_t page_size) {
-  if (pr.varlen() || pr.spec.batch < 2) throw std::invalid_argument("share_prefix: a padded problem of two sequences");
-  const int64_t es = dtype_size(pr.k.view.dtype);
-  for (HostTensor* t : {&pr.k, &pr.v}) {
-    const TensorView& v = t->view;
-    for (int64_t j = 0; j < std::min(page_size, v.shape[1]); ++j)
-      for (int64_t h = 0; h < v.shape[2]; ++h)
-        std::memcpy(t->bytes.data() + v.offset(1, j, h, 0) * es, t->bytes.data() + v.offset(0, j, h, 0) * es,
-                    static_cast<size_t>(v.shape[3] * es));
-  }
+  if (pr.num_sequences() < 2) throw std::invalid_argument("share_prefix: a problem of two sequences");
+  const Span s0 = pr.span(0), s1 = pr.span(1);
+  const int64_t es = dtype_size(pr.k.view.dtype), h_kv = pr.spec.h_kv, d = pr.spec.d;
+  for (HostTensor* t : {&pr.k, &pr.v})
+    for (int64_t j = 0; j < std::min({page_size, s0.n_k, s1.n_k}); ++j)
+      for (int64_t h = 0; h < h_kv; ++h)
+        std::memcpy(t->bytes.data() + key_offset(t->view, s1, j, h) * es,
+                    t->bytes.data() + key_offset(t->view, s0, j, h) * es, static_cast<size_t>(d * es));
 }
 
 PagePool make_pool(const Problem& pr, int64_t page_size, uint64_t seed, bool share, int64_t extra_pages, int64_t slack) {
-  if (pr.varlen()) throw std::invalid_argument("make_pool: paged K/V takes a padded problem");
-  const int64_t b = pr.spec.batch, h_kv = pr.spec.h_kv, d = pr.spec.d;
+  const int64_t b = pr.num_sequences(), h_kv = pr.spec.h_kv, d = pr.spec.d;
   PagePool pool;
   pool.page_size = page_size;
-  pool.stride = (pr.spec.n_k + page_size - 1) / page_size + slack;
+  pool.stride = (pr.padded_n_k() + page_size - 1) / page_size + slack;
 
   // Pages each sequence owns; with share, sequence 1 reuses sequence 0's first page when both have keys.
   std::vector<int64_t> used(static_cast<size_t>(b));
   int64_t owned = 0;
   for (int64_t s = 0; s < b; ++s) {
-    used[s] = (key_length(pr, s) + page_size - 1) / page_size;
+    used[s] = (pr.span(s).n_k + page_size - 1) / page_size;
     owned += used[s];
   }
   const bool shared = share && b >= 2 && used[0] > 0 && used[1] > 0;
@@ -90,10 +89,11 @@ PagePool make_pool(const Problem& pr, int64_t page_size, uint64_t seed, bool sha
   fill_nan(pool.k);
   fill_nan(pool.v);
   for (int64_t s = 0; s < b; ++s) {
-    for (int64_t j = 0; j < key_length(pr, s); ++j) {
+    const Span sp = pr.span(s);
+    for (int64_t j = 0; j < sp.n_k; ++j) {
       const int64_t page = pool.table[s * pool.stride + j / page_size];
-      copy_row(pr.k.view, s, j, pool.k, page, j % page_size);
-      copy_row(pr.v.view, s, j, pool.v, page, j % page_size);
+      copy_row(pr.k.view, sp, j, pool.k, page, j % page_size);
+      copy_row(pr.v.view, sp, j, pool.v, page, j % page_size);
     }
   }
   return pool;

@@ -247,7 +247,7 @@ def forward(q, k, v, summary_query=None, *, cu_seqlens_q=None, cu_seqlens_k=None
     [b, h_q, n_q], packed: [h_q, total_q]) if return_lse and a Routing if return_routing, as a tuple in that
     order. GPU arrays run on the GPU backend on the caller's current stream (torch / CuPy) or `stream`.
 
-    Paged K/V (FlashAttention's kvcache convention, padded batches only): k and v are page pools
+    Paged K/V (FlashAttention's kvcache convention, padded or packed batches): k and v are page pools
     [num_pages, page_size, h_kv, d] and block_table (int32 [b, max_pages], on q's device) lists each sequence's
     pages in order; page_size must be a multiple of 64 and of chunk_size. seqlens_k (FlashAttention's
     cache_seqlens) gives each sequence's key count; max_seqlen_k, the padded key length, defaults to

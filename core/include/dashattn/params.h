@@ -39,12 +39,12 @@ struct BatchLayout {
   // Padded batches: optional per-sequence lengths [b]; rows past them are padding (o = 0, lse = −inf, mask 0).
   const int32_t* seqlens_q = nullptr;
   const int32_t* seqlens_k = nullptr;
-  // Paged K/V (padded batches; FlashAttention's KV-cache convention). k and v are then page pools
+  // Paged K/V (padded or packed batches; FlashAttention's KV-cache convention). k and v are then page pools
   // [num_pages, page_size, h_kv, d], and key j of sequence i is row j % page_size of page
   // block_table[i * block_table_stride + j / page_size]. page_size = k.shape[1] must be a multiple of 64 (the
   // GPU's key tile) and of the chunk size, so that a chunk and a tile never straddle two pages. max_seqlen_k is
-  // the padded key length n_k (required); seqlens_k, when given, each sequence's length. Pages may be shared
-  // between sequences (a common prefix): every stage only reads K and V.
+  // the padded key length n_k (required); seqlens_k (padded) or cu_seqlens_k (packed) each sequence's length.
+  // Pages may be shared between sequences (a common prefix): every stage only reads K and V.
   const int32_t* block_table = nullptr;
   int64_t block_table_stride = 0;  // int32 entries per sequence, >= ceil(max_seqlen_k / page_size)
 

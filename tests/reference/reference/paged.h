@@ -1,5 +1,5 @@
-// A padded test problem's K/V as a page pool with a block table (BatchLayout::block_table), so that a backend's
-// paged run can be compared bit for bit with its run on the contiguous tensors.
+// A test problem's K/V (padded or packed) as a page pool with a block table (BatchLayout::block_table), so that a
+// backend's paged run can be compared bit for bit with its run on the contiguous tensors.
 //
 // The pool is made so that any read through a wrong translation shows: pages are handed out in a shuffled order,
 // the pool holds pages no sequence owns, and every row no sequence owns (those pages, the tail of a sequence's last
@@ -20,7 +20,7 @@ struct PagePool {
   int64_t stride = 0;
   int64_t page_size = 0;
 
-  // The problem's padded batch layout with this pool's block table (max_seqlen_k = the padded n_k).
+  // The problem's batch layout with this pool's block table (max_seqlen_k = the padded n_k).
   BatchLayout layout(const Problem& pr) const;
 };
 
