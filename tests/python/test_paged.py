@@ -192,6 +192,12 @@ def test_packed_varlen_batch_on_pages_equals_contiguous(rng):
     got = dashattn.forward(q, kp, vp, block_table=table, **batch)
     assert np.array_equal(got, want)
     assert not np.isnan(got).any()
+    # Stage 0 alone on the packed pool: each sequence's complete chunks as from the packed keys.
+    keys = dict(cu_seqlens_k=ck, max_seqlen_k=max(lens_k), chunk_size=16, backend="cpu")
+    s_want = dashattn.summarize(k, **keys)
+    s_got = dashattn.summarize(kp, block_table=table, **keys)
+    for s, n in enumerate(lens_k):
+        assert np.array_equal(s_got[s, :n // 16], s_want[s, :n // 16])
 
 
 @requires_torch

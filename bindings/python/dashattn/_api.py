@@ -336,7 +336,7 @@ def _summarize_batch(call: _Call):
     if not call.varlen:
         return _core.Batch(max_seqlen_k=call.max_k, seqlens_k=call.seqlens_k, block_table=call.block_table)
     return _core.Batch(cu_seqlens_q=call.cu_k, cu_seqlens_k=call.cu_k, max_seqlen_q=call.max_k,
-                       max_seqlen_k=call.max_k)
+                       max_seqlen_k=call.max_k, block_table=call.block_table)
 
 
 def route(q, k=None, summary_query=None, *, summaries=None, n_k=None, cu_seqlens_q=None, cu_seqlens_k=None,
