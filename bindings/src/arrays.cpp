@@ -126,8 +126,9 @@ const int32_t* table_array(const InArray& a, const Device& device, int64_t* row_
 }  // namespace
 
 void PyBatch::check_block_table(const TensorView& k, int64_t sequences) const {
-  // The core reports a bad pool, and a block table with a packed batch, by name.
-  if (!is_paged() || is_varlen() || k.rank != 4 || k.shape[1] < 1) return;
+  // The core reports a bad pool by name. A packed batch's sequences are its cu_seqlens' (num_seqs + 1 values).
+  if (!is_paged() || k.rank != 4 || k.shape[1] < 1) return;
+  if (is_varlen() && cu_seqlens_k.ndim() == 1) sequences = static_cast<int64_t>(cu_seqlens_k.shape(0)) - 1;
   const int64_t rows = block_table.ndim() == 2 ? static_cast<int64_t>(block_table.shape(0)) : 0;
   const int64_t width = block_table.ndim() == 2 ? static_cast<int64_t>(block_table.shape(1)) : 0;
   if (rows < sequences) {

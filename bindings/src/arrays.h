@@ -56,8 +56,8 @@ struct PyBatch {
   // Pointers into the arrays after checking dtype (int32), rank, contiguity, length and device.
   BatchLayout layout(const Device& device) const;
   // The block table against the page pool k (logical [pages, P, h_kv, d]) and the sequences it serves: a row per
-  // sequence, each as wide as max_seqlen_k needs. The core only sees a pointer and a stride, so the array's own
-  // extent is checked here. No-op without a block table.
+  // sequence, each as wide as max_seqlen_k needs (sequences: a padded batch's b; a packed batch counts its own).
+  // The core only sees a pointer and a stride, so the array's own extent is checked here. No-op without a table.
   void check_block_table(const TensorView& k, int64_t sequences) const;
 };
 

@@ -198,6 +198,9 @@ def test_packed_varlen_batch_on_pages_equals_contiguous(rng):
     s_got = dashattn.summarize(kp, block_table=table, **keys)
     for s, n in enumerate(lens_k):
         assert np.array_equal(s_got[s, :n // 16], s_want[s, :n // 16])
+    # A table with a row too few for the packed batch's sequences is named by the binding.
+    with pytest.raises(errors.InvalidArgumentError, match=r"block_table.shape\[0\]"):
+        dashattn.forward(q, kp, vp, block_table=table[:2], **batch)
 
 
 @requires_torch
