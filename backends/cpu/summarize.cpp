@@ -17,9 +17,9 @@ namespace cpu {
 namespace {
 
 // Keys of sequence s (seq, batch_index, k_begin, n_k; the query side is unused). Summaries only need the key side
-// of the layout, so read it directly: a varlen Stage 0 may come without cu_seqlens_q. A paged batch's padded key
-// length is max_seqlen_k, since axis 1 of a page pool is the page size.
-SequenceSpan key_span(const BatchLayout& batch, const TensorView& k, int64_t s) {
+// of the layout, so read it directly: a varlen Stage 0 may come without cu_seqlens_q. padded_n_k: Stage 0's
+// padded key length (summarize_shape).
+SequenceSpan key_span(const BatchLayout& batch, int64_t padded_n_k, int64_t s) {
   SequenceSpan sp;
   sp.seq = s;
   if (batch.is_varlen()) {
@@ -27,7 +27,7 @@ SequenceSpan key_span(const BatchLayout& batch, const TensorView& k, int64_t s) 
     sp.n_k = batch.cu_seqlens_k[s + 1] - sp.k_begin;
   } else {
     sp.batch_index = s;
-    sp.n_k = batch.seqlens_k ? batch.seqlens_k[s] : batch.is_paged() ? batch.max_seqlen_k : k.shape[1];
+    sp.n_k = batch.seqlens_k ? batch.seqlens_k[s] : padded_n_k;
   }
   return sp;
 }
@@ -43,15 +43,15 @@ void summarize(const SummarizeParams& params) {
   const TensorView& k = p.k;
   const int64_t h_kv = k.shape[2], d = k.shape[3], C = p.method.chunk_size;
   const int64_t dp = pad_floats(d);
-  // A page pool has no batch axis: the summary cache's (checked by normalize_summarize) counts the sequences.
-  const int64_t count = p.batch.is_varlen() ? p.batch.num_seqs : p.batch.is_paged() ? p.summaries.shape[0] : k.shape[0];
+  const ProblemShape shape = summarize_shape(p);
+  const int64_t count = shape.batch;
   const KeyPages pages = key_pages(p.batch, k);
   const float inv_sqrt_d = routing_inv_sqrt_d(d);
 
   std::vector<SequenceSpan> spans(static_cast<size_t>(count));
   std::vector<std::pair<int64_t, int64_t>> items;  // (sequence, chunk)
   for (int64_t s = 0; s < count; ++s) {
-    spans[s] = key_span(p.batch, k, s);
+    spans[s] = key_span(p.batch, shape.n_k, s);
     for (int64_t c = p.first_chunk; c < num_complete_chunks(spans[s].n_k, C); ++c) items.emplace_back(s, c);
   }
 

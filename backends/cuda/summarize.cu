@@ -164,13 +164,9 @@ __global__ void __launch_bounds__(kThreads) summarize_kernel(SummarizeArgs a, bo
 }  // namespace
 
 void launch_summarize(const SummarizeParams& p, cudaStream_t stream) {
-  const bool varlen = p.batch.is_varlen(), paged = p.batch.is_paged();
-  // A paged pool [pages, P, h_kv, d] has no batch axis: the summary cache's first axis counts the sequences.
-  const int64_t batch = varlen ? p.batch.num_seqs : paged ? p.summaries.shape[0] : p.k.shape[0];
-  const int64_t padded_n_k = varlen || paged ? p.batch.max_seqlen_k : p.k.shape[1];
-  const int64_t h_kv = p.k.shape[2];
-  const int64_t d = p.k.shape[3];
-  const int64_t max_chunks = num_complete_chunks(padded_n_k, p.method.chunk_size);
+  const ProblemShape shape = summarize_shape(p);
+  const int64_t batch = shape.batch, padded_n_k = shape.n_k, h_kv = shape.h_kv, d = shape.d;
+  const int64_t max_chunks = shape.max_chunks;
   const int64_t todo = max_chunks - p.first_chunk;
   if (todo <= 0 || batch == 0) return;
   if (p.method.chunk_size > kMaxChunk) {

@@ -105,6 +105,17 @@ struct Inputs {
   ProblemShape shape;
 };
 
+// Sequence i's key count read from host-visible batch arrays (cu_seqlens_k, else seqlens_k, else n_k), checked
+// to lie in [0, n_k] and named by the array it came from.
+int64_t host_key_length(const BatchLayout& b, int64_t i, int64_t n_k) {
+  const int64_t nk = b.cu_seqlens_k ? b.cu_seqlens_k[i + 1] - b.cu_seqlens_k[i] : b.seqlens_k ? b.seqlens_k[i] : n_k;
+  if (nk < 0 || nk > n_k) {
+    throw InvalidArgument(std::string(b.cu_seqlens_k ? "cu_seqlens_k" : "seqlens_k") + "[" + str(i) + "]",
+                          "a length in [0, " + str(n_k) + "]", str(nk));
+  }
+  return nk;
+}
+
 // A paged batch (block_table): k is a page pool [pages, P, h_kv, d]. Checks the page size against the chunk and
 // the 64-key tile, the table's width against max_seqlen_k and, in host memory, every entry a sequence uses (its
 // length from cu_seqlens_k in a packed batch, seqlens_k or max_seqlen_k in a padded one).
@@ -124,12 +135,7 @@ void check_pages(const BatchLayout& b, const TensorView& k, int64_t chunk, int64
   }
   if (!host_visible) return;
   for (int64_t i = 0; i < batch; ++i) {
-    const int64_t nk = b.cu_seqlens_k ? b.cu_seqlens_k[i + 1] - b.cu_seqlens_k[i]
-                                      : b.seqlens_k ? b.seqlens_k[i] : b.max_seqlen_k;
-    if (nk < 0 || nk > b.max_seqlen_k) {
-      throw InvalidArgument(std::string(b.cu_seqlens_k ? "cu_seqlens_k" : "seqlens_k") + "[" + str(i) + "]",
-                            "a length in [0, max_seqlen_k = " + str(b.max_seqlen_k) + "]", str(nk));
-    }
+    const int64_t nk = host_key_length(b, i, b.max_seqlen_k);
     for (int64_t j = 0; j < (nk + page - 1) / page; ++j) {
       const int64_t entry = b.block_table[i * b.block_table_stride + j];
       if (entry < 0 || entry >= pages) {
@@ -202,10 +208,9 @@ void check_batch(const BatchLayout& b, const TensorView& q, const TensorView& k,
   }
   if (host_visible && (b.seqlens_q || b.seqlens_k)) {
     for (int64_t i = 0; i < s->batch; ++i) {
-      const int64_t nk = b.seqlens_k ? b.seqlens_k[i] : s->n_k;
+      const int64_t nk = host_key_length(b, i, s->n_k);
       const int64_t nq = b.seqlens_q ? b.seqlens_q[i] : s->n_q;
       const std::string at = "[" + str(i) + "]";
-      if (nk < 0 || nk > s->n_k) throw InvalidArgument("seqlens_k" + at, "in [0, " + str(s->n_k) + "]", str(nk));
       if (nq < 0 || nq > s->n_q) throw InvalidArgument("seqlens_q" + at, "in [0, " + str(s->n_q) + "]", str(nq));
       if (nq > nk) throw InvalidArgument("seqlens_q" + at, "<= seqlens_k" + at + " = " + str(nk), str(nq));
     }
@@ -391,34 +396,40 @@ SummarizeParams normalize_summarize(const SummarizeParams& p) {
   require_defined("k", p.k);
   n.k = to_rank4("k", p.k, varlen && !p.batch.is_paged());  // a page pool is rank 4 in a packed batch too
   check_attention_input("k", n.k, n.k.dtype, n.k.device);
-  ProblemShape s;
-  s.h_kv = n.k.shape[2];
-  s.d = n.k.shape[3];
-  if (s.d < 1 || s.d > kMaxHeadDim) throw InvalidArgument("k.shape[3] (head dim)", "in [1, 512]", str(s.d));
-  s.batch = varlen ? p.batch.num_seqs : n.k.shape[0];
-  s.n_k = varlen ? p.batch.max_seqlen_k : n.k.shape[1];
+  if (n.k.shape[3] < 1 || n.k.shape[3] > kMaxHeadDim) {
+    throw InvalidArgument("k.shape[3] (head dim)", "in [1, 512]", str(n.k.shape[3]));
+  }
   if (varlen && (p.batch.num_seqs < 1 || p.batch.max_seqlen_k < 1 || !p.batch.cu_seqlens_k)) {
     throw InvalidArgument("cu_seqlens_k", "non-null with num_seqs >= 1 and max_seqlen_k >= 1", "an incomplete varlen layout");
   }
   if (p.batch.is_paged()) {
-    // A padded batch's page pool has no batch axis: the summary cache's says how many sequences there are.
     require_defined("summaries", p.summaries);
     if (p.summaries.rank != 4) throw InvalidArgument("summaries", "rank 4 [b, max_chunks, h_kv, d]", p.summaries.shape_string());
-    if (!varlen) s.batch = p.summaries.shape[0];
-    s.n_k = p.batch.max_seqlen_k;
+  }
+  const ProblemShape s = summarize_shape(n);
+  if (p.batch.is_paged()) {
     check_pages(p.batch, n.k, p.method.chunk_size, s.batch, n.k.device.type == DeviceType::kCpu);
   } else if (!varlen && p.batch.seqlens_k && n.k.device.type == DeviceType::kCpu) {
     // Stage 0 reads each sequence's keys up to its length: one past the padded rows would read past k.
-    for (int64_t i = 0; i < s.batch; ++i) {
-      const int64_t nk = p.batch.seqlens_k[i];
-      if (nk < 0 || nk > s.n_k) throw InvalidArgument("seqlens_k[" + str(i) + "]", "in [0, " + str(s.n_k) + "]", str(nk));
-    }
+    for (int64_t i = 0; i < s.batch; ++i) host_key_length(p.batch, i, s.n_k);
   }
-  s.max_chunks = num_complete_chunks(s.n_k, p.method.chunk_size);
   check_summary_query(p.summary_query, s, n.k);
   check_summaries(p.summaries, s, n.k.dtype, n.k.device);
   if (p.first_chunk < 0) throw InvalidArgument("first_chunk", ">= 0", str(p.first_chunk));
   return n;
+}
+
+ProblemShape summarize_shape(const SummarizeParams& n) {
+  ProblemShape s;
+  const bool varlen = n.batch.is_varlen(), paged = n.batch.is_paged();
+  s.h_kv = n.k.shape[2];
+  s.d = n.k.shape[3];
+  // A padded batch's page pool has no batch axis: the summary cache's says how many sequences there are.
+  s.batch = varlen ? n.batch.num_seqs : paged ? n.summaries.shape[0] : n.k.shape[0];
+  s.n_k = varlen || paged ? n.batch.max_seqlen_k : n.k.shape[1];
+  s.chunk = n.method.chunk_size;
+  s.max_chunks = num_complete_chunks(s.n_k, s.chunk);
+  return s;
 }
 
 RouteParams normalize_route(const RouteParams& p) {

@@ -40,12 +40,12 @@ void Outputs::attach(ForwardParams* p) {
 }
 
 void check_same_bytes(const ref::HostTensor& got, const ref::HostTensor& want, const std::string& what) {
-  REQUIRE(got.bytes.size() == want.bytes.size());
-  const auto diff = std::mismatch(got.bytes.begin(), got.bytes.end(), want.bytes.begin());
-  const int64_t at = diff.first - got.bytes.begin();
-  CHECK_MESSAGE(diff.first == got.bytes.end(),
-                what << ": first difference at element " << at / dtype_size(got.view.dtype) << " of "
-                     << got.view.shape_string());
+  const std::string diff = ref::byte_difference(got, want);
+  CHECK_MESSAGE(diff.empty(), what << ": " << diff);
+}
+
+void check_same_outputs(const ref::ForwardOutputs& got, const ref::ForwardOutputs& want) {
+  for (const std::string& diff : ref::byte_differences(got, want)) FAIL_CHECK(diff);
 }
 
 bool has_nan(const ref::HostTensor& t) {

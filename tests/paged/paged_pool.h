@@ -17,15 +17,15 @@ using ref::share_prefix;
 
 // Caller-owned outputs of a forward (every optional one), pre-filled with a sentinel byte so that two runs
 // compare whole buffers, the parts neither writes included.
-struct Outputs {
-  ref::HostTensor o, lse, mask, tau, mu, active, summaries;
-
+struct Outputs : ref::ForwardOutputs {
   Outputs(const ref::Problem& pr, int64_t chunk);
   void attach(ForwardParams* p);
 };
 
-// Byte equality, with the first differing element's index in the failure message.
+// Byte equality (ref::byte_difference), with the first differing element's index in the failure message; of one
+// output, or of every output of two runs.
 void check_same_bytes(const ref::HostTensor& got, const ref::HostTensor& want, const std::string& what);
+void check_same_outputs(const ref::ForwardOutputs& got, const ref::ForwardOutputs& want);
 // Whether a float tensor (f32, f16 or bf16) holds a NaN.
 bool has_nan(const ref::HostTensor& t);
 

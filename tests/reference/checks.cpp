@@ -36,6 +36,29 @@ std::string where(int64_t s, int64_t i, int64_t r) {
 
 }  // namespace
 
+std::string byte_difference(const HostTensor& got, const HostTensor& want) {
+  if (got.bytes.size() != want.bytes.size()) {
+    return "sizes differ: " + got.view.shape_string() + " against " + want.view.shape_string();
+  }
+  const auto diff = std::mismatch(got.bytes.begin(), got.bytes.end(), want.bytes.begin());
+  if (diff.first == got.bytes.end()) return "";
+  const int64_t at = (diff.first - got.bytes.begin()) / std::max(1, dtype_size(got.view.dtype));
+  return "first difference at element " + std::to_string(at) + " of " + got.view.shape_string();
+}
+
+std::vector<std::string> byte_differences(const ForwardOutputs& got, const ForwardOutputs& want) {
+  const std::pair<const char*, const HostTensor ForwardOutputs::*> outputs[] = {
+      {"o", &ForwardOutputs::o},       {"lse", &ForwardOutputs::lse}, {"mask", &ForwardOutputs::mask},
+      {"tau", &ForwardOutputs::tau},   {"mu", &ForwardOutputs::mu},   {"active_chunks", &ForwardOutputs::active},
+      {"summaries", &ForwardOutputs::summaries}};
+  std::vector<std::string> lines;
+  for (const auto& [name, member] : outputs) {
+    const std::string d = byte_difference(got.*member, want.*member);
+    if (!d.empty()) lines.push_back(std::string(name) + ": " + d);
+  }
+  return lines;
+}
+
 RunResult run_forward(Backend& backend, const Problem& pr, const MethodParams& method, const RunOptions& opt) {
   const ProblemSpec& sp = pr.spec;
   const int64_t b = pr.varlen() ? 1 : sp.batch, rows = pr.rows_q();
@@ -86,9 +109,7 @@ RunResult run_forward(Backend& backend, const Problem& pr, const MethodParams& m
     table = upload_ints(backend, pool.table);
     p.k = pool_k.view;
     p.v = pool_v.view;
-    p.batch.block_table = static_cast<const int32_t*>(table.data());
-    p.batch.block_table_stride = pool.stride;
-    p.batch.max_seqlen_k = static_cast<int>(pr.padded_n_k());
+    p.batch = pool.on(p.batch, static_cast<const int32_t*>(table.data()), pr);
   }
   try {
     forward(backend, p);

@@ -35,9 +35,8 @@ void copy_row(const TensorView& from, const Span& sp, int64_t j, HostTensor& poo
 
 }  // namespace
 
-BatchLayout PagePool::layout(const Problem& pr) const {
-  BatchLayout l = pr.layout();
-  l.block_table = table.data();
+BatchLayout PagePool::on(BatchLayout l, const int32_t* table_data, const Problem& pr) const {
+  l.block_table = table_data;
   l.block_table_stride = stride;
   l.max_seqlen_k = static_cast<int>(pr.padded_n_k());
   return l;

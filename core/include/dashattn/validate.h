@@ -33,7 +33,9 @@ RouteParams normalize_route(const RouteParams& p);
 AttendParams normalize_attend(const AttendParams& p);
 DenseParams normalize_dense(const DenseParams& p);
 
-// Shape of one stage's problem (after normalization).
+// Shape of one stage's problem (after normalization). Stage 0's: batch (sequences), n_k (padded keys), h_kv, d,
+// chunk and max_chunks.
+ProblemShape summarize_shape(const SummarizeParams& normalized);
 ProblemShape route_shape(const RouteParams& p);
 ProblemShape attend_shape(const AttendParams& p);
 

@@ -28,6 +28,11 @@ struct ForwardOutputs {
   HostTensor o, lse, mask, tau, mu, active, summaries;  // summaries undefined when not caller-owned
 };
 
+// Byte equality of two runs' outputs (paged against contiguous K/V, repeated runs): "" when got and want hold the
+// same bytes, else where they first differ; byte_differences gives one such line per output that differs.
+std::string byte_difference(const HostTensor& got, const HostTensor& want);
+std::vector<std::string> byte_differences(const ForwardOutputs& got, const ForwardOutputs& want);
+
 struct RunOptions {
   DType out_dtype = DType::kF32;  // q's dtype or f32
   bool caller_summaries = true;   // pass a caller-owned summary cache (and read it back)

@@ -20,8 +20,10 @@ struct PagePool {
   int64_t stride = 0;
   int64_t page_size = 0;
 
-  // The problem's batch layout with this pool's block table (max_seqlen_k = the padded n_k).
-  BatchLayout layout(const Problem& pr) const;
+  // The problem's batch layout with this pool's block table (max_seqlen_k = the padded n_k); `on` adds the table
+  // to a given layout, with the table's data where the backend reads it (a device copy).
+  BatchLayout layout(const Problem& pr) const { return on(pr.layout(), table.data(), pr); }
+  BatchLayout on(BatchLayout base, const int32_t* table_data, const Problem& pr) const;
 };
 
 // Makes sequence 1's first `page_size` keys and values those of sequence 0, so that the two can share a page.
