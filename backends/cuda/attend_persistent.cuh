@@ -137,8 +137,9 @@ __device__ __forceinline__ void prepare_items(const AttendArgs& a, const Persist
 
 // One item of the persistent kernel's tile stream, by the producer warp or (record) the record warp: the records of
 // a warpgroup item, or on a per-warp item, which reads none, only the arrivals that keep the full barriers' phases;
-// the tiles of an item whose tiles are all whole and carry no per-tile bias data through the tensor-copy-only loop,
-// other items through the general walk. (The general loops, at the producer warpgroup's 56 registers inside the
+// the tiles of an item whose tiles are all whole and carry no per-tile bias data through the tensor-copy-only loop
+// (contiguous K/V: it keeps no page translation), other items, and every item of a paged batch, through the general
+// walk. (The general loops, at the producer warpgroup's 56 registers inside the
 // item loop, reloaded ~36 spilled values per tile between them, which set the pace of per-token masks' stream:
 // perf-log.md, twenty-fifth pass.) ring_pos: the ring's fills before this item.
 template <class Cfg>
@@ -153,7 +154,8 @@ __device__ __forceinline__ void stream_persistent_item(const AttendArgs& a, cons
   } else if (record) {
     attend_tile_records<Cfg>(a, item.sp, item.kv_head, lane, plan.cursor, plan.n_iter, item.row0, item.first_token,
                              plan.n_tokens_cta, plan.full_bar, empty_bar, sMeta, sUnion, ring_pos);
-  } else if (a.use_tma && !plan.kbar_per_tile && !plan.producer_table && item.sp.n_k % kTileKeys == 0) {
+  } else if (a.use_tma && !plan.kbar_per_tile && !plan.producer_table && item.sp.n_k % kTileKeys == 0 &&
+             a.pages.table == nullptr) {
     attend_produce_whole_tiles<Cfg>(lane, plan.cursor, plan.n_iter, plan.full_bar, empty_bar, sRing, sUnion, tmap_k,
                                     tmap_v, item.sp.k_begin, item.kv_head, int(item.sp.batch_index), ring_pos);
   } else {

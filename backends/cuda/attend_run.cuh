@@ -135,9 +135,9 @@ void run_attend(const AttendArgs& args_in, const AttendPlan& plan, cudaStream_t 
       if (major >= 9) {
         using Wide = AttendConfig<kHeadDim, Element, 8, 4, true>;
         // The persistent form of the 4-stage tiling where it applies (no key split, shared memory for its
-        // second union and staging area, contiguous K/V: its lean producer loop keeps no page translation).
+        // second union and staging area; a paged batch streams through its general producer walk).
         using Persistent = AttendConfig<kHeadDim, Element, 8, 4, true, false, false, true>;
-        if (plan.persistent && args.num_splits == 1 && plan.stages != 3 && args.pages.table == nullptr &&
+        if (plan.persistent && args.num_splits == 1 && plan.stages != 3 &&
             config_smem_bytes<Persistent>(args) <= size_t(device_smem_optin())) {
           launch_attend_config<Persistent>(args, plan.tma, stream, plan.persistent_ctas);
           return;

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -66,6 +67,9 @@ struct Case {
   // then walks many items). A case with n > 0 is also run with it off, and the outputs must agree bitwise.
   int persistent = 0;
   bool fixed_order = false;  // no workspace: the persistent kernel's items in a fixed order instead of a counter
+  // > 0: K and V are read from pools of pages of this many keys through a block table (pages shuffled, spare pages
+  // and unused table entries NaN); the outputs must be bitwise those of the contiguous run.
+  int page_size = 0;
 };
 
 // Host copy of a 16-bit or f32 tensor with its element strides.
@@ -148,6 +152,57 @@ uint64_t fnv1a(uint64_t h, const void* data, size_t bytes) {
   const unsigned char* p = static_cast<const unsigned char*>(data);
   for (size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 1099511628211ull;
   return h;
+}
+
+// K and V moved into pools of `page` keys each ([pages, page, h_kv, d], bnhd): every sequence's pages in a shuffled
+// order, a spare NaN page, and the table's unused entries pointing at it, so a wrong page or row shows in o.
+struct PagedKv {
+  HostTensor k, v;
+  int32_t* d_table = nullptr;
+  int64_t width = 0;
+};
+template <class KeyRowOf, class BatchOf>
+PagedKv make_paged_kv(const HostTensor& k, const HostTensor& v, int page, const std::vector<int>& n_k,
+                      const KeyRowOf& krow, const BatchOf& bidx, uint64_t seed) {
+  PagedKv p;
+  const int B = int(n_k.size());
+  const int64_t h = k.shape[2], d = k.shape[3];
+  std::vector<int64_t> first{0};
+  for (int s = 0; s < B; ++s) {
+    const int64_t pages = (n_k[s] + page - 1) / page;
+    p.width = std::max(p.width, pages);
+    first.push_back(first.back() + pages);
+  }
+  const int64_t spare = first.back(), total = spare + 1;
+  std::vector<int32_t> pages_in_order(static_cast<size_t>(spare));
+  std::iota(pages_in_order.begin(), pages_in_order.end(), 0);
+  Rng rng{seed ^ 0x5bd1e995u};
+  for (int64_t i = spare - 1; i > 0; --i) {
+    const int64_t other = int64_t(rng.next() % uint64_t(i + 1));
+    std::swap(pages_in_order[static_cast<size_t>(i)], pages_in_order[static_cast<size_t>(other)]);
+  }
+  p.width += 1;  // one column past the longest sequence, unused
+  std::vector<int32_t> table(size_t(B * p.width), int32_t(spare));
+  for (HostTensor* pool : {&p.k, &p.v}) {
+    *pool = make_bnhd(k.dtype, total, page, h, d, false);
+    std::fill(pool->h16.begin(), pool->h16.end(), uint16_t(0x7fff));
+  }
+  for (int s = 0; s < B; ++s) {
+    for (int64_t j = 0; j < n_k[s]; ++j) {
+      const int32_t pg = pages_in_order[static_cast<size_t>(first[s] + j / page)];
+      table[size_t(s * p.width + j / page)] = pg;
+      for (int hh = 0; hh < h; ++hh)
+        for (int64_t e = 0; e < d; ++e) {
+          p.k.h16[size_t(p.k.off(pg, j % page, hh, e))] = k.h16[size_t(k.off(bidx(s), krow(s, j), hh, e))];
+          p.v.h16[size_t(p.v.off(pg, j % page, hh, e))] = v.h16[size_t(v.off(bidx(s), krow(s, j), hh, e))];
+        }
+    }
+  }
+  p.k.upload();
+  p.v.upload();
+  CK(cudaMalloc(&p.d_table, table.size() * 4));
+  CK(cudaMemcpy(p.d_table, table.data(), table.size() * 4, cudaMemcpyHostToDevice));
+  return p;
 }
 
 Outcome run_case(const Case& c, uint64_t seed) {
@@ -282,6 +337,8 @@ Outcome run_case(const Case& c, uint64_t seed) {
 
   // Device run.
   for (HostTensor* t : {&q, &k, &v, &o, &mask, &lse, &tau, &mu, &summ}) t->upload();
+  PagedKv paged;
+  if (c.page_size > 0) paged = make_paged_kv(k, v, c.page_size, c.n_k, krow, bidx, seed);
   int32_t *d_cu_q = nullptr, *d_cu_k = nullptr, *d_len_q = nullptr, *d_len_k = nullptr;
   BatchLayout batch;
   if (c.varlen) {
@@ -303,6 +360,11 @@ Outcome run_case(const Case& c, uint64_t seed) {
     CK(cudaMemcpy(d_len_k, c.n_k.data(), B * 4, cudaMemcpyHostToDevice));
     batch.seqlens_q = d_len_q;
     batch.seqlens_k = d_len_k;
+  }
+  if (c.page_size > 0) {
+    batch.block_table = paged.d_table;
+    batch.block_table_stride = paged.width;
+    batch.max_seqlen_k = int(NK);
   }
   ProblemShape shape;
   shape.batch = B;
@@ -327,6 +389,10 @@ Outcome run_case(const Case& c, uint64_t seed) {
   } else {
     AttendParams ap;
     ap.q = q.view(4); ap.k = k.view(4); ap.v = v.view(4); ap.o = o.view(4); ap.lse = lse.view(3);
+    if (c.page_size > 0) {
+      ap.k = paged.k.view(4);
+      ap.v = paged.v.view(4);
+    }
     ap.summaries = summ.view(4);
     ap.routing.mask = mask.view(4);
     ap.routing.tau = tau.view(3);
@@ -391,9 +457,9 @@ Outcome run_case(const Case& c, uint64_t seed) {
     }
   }
   out.rel_l2 = std::sqrt(num / std::max(den, 1e-30));
-  for (HostTensor* t : {&q, &k, &v, &o, &mask, &lse, &tau, &mu, &summ}) t->release();
+  for (HostTensor* t : {&q, &k, &v, &o, &mask, &lse, &tau, &mu, &summ, &paged.k, &paged.v}) t->release();
   for (void* p : {static_cast<void*>(d_cu_q), static_cast<void*>(d_cu_k), static_cast<void*>(d_len_q),
-                  static_cast<void*>(d_len_k), ws})
+                  static_cast<void*>(d_len_k), static_cast<void*>(paged.d_table), ws})
     if (p) cudaFree(p);
   return out;
 }
@@ -487,6 +553,15 @@ std::vector<Case> conformance_cases() {
   { Case c = base; c.name = "persistent 3 CTAs whole tiles chunk masks"; c.warps = 8; c.persistent = 3; c.chunk_masks = true; c.prior = PriorMode::kRaw; c.n_q = {640}; c.n_k = {640}; add(c); }
   { Case c = base; c.name = "persistent 2 CTAs whole tiles per token"; c.warps = 8; c.persistent = 2; c.prior = PriorMode::kEstimateDiagonal; c.n_q = {448}; c.n_k = {768}; add(c); }
   { Case c = base; c.name = "persistent 2 CTAs whole and partial varlen"; c.warps = 8; c.persistent = 2; c.chunk_masks = true; c.prior = PriorMode::kRaw; c.n_q = {128, 190, 256}; c.n_k = {128, 190, 640}; c.varlen = true; add(c); }
+  // Paged K/V (shuffled pages, NaN spare pages): each tiling's tile addressing through the block table, including
+  // the persistent kernel, whose whole-tile items then take its general producer walk.
+  { Case c = base; c.name = "paged P128 wgmma chunk masks raw"; c.warps = 8; c.page_size = 128; c.chunk_masks = true; c.prior = PriorMode::kRaw; c.n_q = {400}; c.n_k = {400}; add(c); }
+  { Case c = base; c.name = "paged P64 decode split"; c.page_size = 64; c.n_q = {1, 1, 1}; c.n_k = {5000, 4000, 64}; add(c); }
+  { Case c = base; c.name = "paged P256 varlen g4 est"; c.warps = 8; c.page_size = 256; c.h_q = 8; c.h_kv = 2; c.prior = PriorMode::kEstimateDiagonal; c.n_q = {50, 190, 3}; c.n_k = {50, 590, 700}; c.varlen = true; add(c); }
+  { Case c = base; c.name = "paged P192 d64 f16 g8"; c.d = 64; c.dtype = c.o_dtype = DType::kF16; c.h_q = 8; c.page_size = 192; c.n_q = {500}; c.n_k = {500}; add(c); }
+  { Case c = base; c.name = "paged P128 d256 padded"; c.d = 256; c.page_size = 128; c.n_q = {100, 37}; c.n_k = {300, 200}; c.lengths = true; add(c); }
+  { Case c = base; c.name = "persistent 3 CTAs paged P128 whole tiles"; c.warps = 8; c.persistent = 3; c.page_size = 128; c.chunk_masks = true; c.prior = PriorMode::kRaw; c.n_q = {640}; c.n_k = {640}; add(c); }
+  { Case c = base; c.name = "persistent 2 CTAs paged P64 varlen"; c.warps = 8; c.persistent = 2; c.page_size = 64; c.chunk_masks = true; c.prior = PriorMode::kRaw; c.n_q = {128, 190, 256}; c.n_k = {128, 190, 640}; c.varlen = true; add(c); }
   return cs;
 }
 
@@ -518,6 +593,12 @@ int run_conformance(bool verbose) {
       Case off = c;
       off.persistent = -1;
       same_bits = run_case(off, case_seed).digest == r.digest;
+    }
+    // Paged K/V reads the same keys: the same bits as the contiguous run.
+    if (c.page_size > 0) {
+      Case flat = c;
+      flat.page_size = 0;
+      same_bits = same_bits && run_case(flat, case_seed).digest == r.digest;
     }
     const bool ok = r.finite && r.padding_ok && r.rel_l2 <= tol && r.lse_err <= 2e-2 && same_bits;
     if (!ok) ++failures;
