@@ -63,6 +63,11 @@ double default_tolerance(DType t, double max_abs) {
 int run_decode(const DecodeOptions& opt) {
   const MethodParams method = opt.method.params();
   HostProblem full = load_problem(opt.input);
+  if (full.layout.any()) {
+    // The Decoder owns a contiguous cache of equal-length sequences; lengths and pages have nothing to replay into.
+    throw InvalidArgument("--input", "contiguous q, k, v of equal-length sequences (decode replays them)",
+                          "a batch layout (seqlens_k, cu_seqlens or block_table); use run or verify");
+  }
   if (full.n_q() != full.n_k()) {
     throw InvalidArgument("--q", "as many queries as keys (" + std::to_string(full.n_k()) + ") to replay",
                           std::to_string(full.n_q()) + " queries");

@@ -1,4 +1,5 @@
-// dashattn inspect FILE: tensors, dtypes, shapes, byte sizes and metadata of a tensor file.
+// dashattn inspect FILE: tensors, dtypes, shapes, byte sizes and metadata of a tensor file, and the page geometry
+// of a paged K/V cache (a block_table beside k).
 #include <iostream>
 #include <memory>
 
@@ -11,10 +12,19 @@
 namespace dashattn::cli {
 namespace {
 
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
+struct PagedCache {
+  int64_t page_size = 0, pages = 0, sequences = 0, width = 0;
+};
+
+// A block table beside a rank-4 k under the default names: k is then a page pool [pages, P, h_kv, d] (the bnhd
+// order; run and verify check the rest).
+bool paged_cache(const io::TensorFile& file, PagedCache* out) {
+  if (!file.contains("block_table") || !file.contains("k")) return false;
+  const io::Tensor& table = file.at("block_table");
+  const io::Tensor& k = file.at("k");
+  if (table.rank() != 2 || k.rank() != 4) return false;
+  *out = PagedCache{k.shape()[1], k.shape()[0], table.shape()[0], table.shape()[1]};
+  return true;
 }
 
 }  // namespace
@@ -47,6 +57,13 @@ Command add_inspect_command(CLI::App& parent) {
             {{"name", t.name()}, {"dtype", dtype_name(t.dtype())}, {"shape", t.shape()}, {"bytes", t.nbytes()}});
       }
       j["metadata"] = file.metadata;
+      PagedCache paged;
+      if (paged_cache(file, &paged)) {
+        j["paged"] = {{"page_size", paged.page_size},
+                      {"pages", paged.pages},
+                      {"sequences", paged.sequences},
+                      {"block_table_width", paged.width}};
+      }
       print_json(j);
       return kExitOk;
     }
@@ -55,9 +72,14 @@ Command add_inspect_command(CLI::App& parent) {
               << file.size() << " tensor" << (file.size() == 1 ? "" : "s") << ", " << format_bytes(total) << "\n";
     Table table({"name", "dtype", "shape", "bytes"});
     for (const io::Tensor& t : file) {
-      table.add_row({t.name(), dtype_name(t.dtype()), shape_text(t.shape()), std::to_string(t.nbytes())});
+      table.add_row({t.name(), dtype_name(t.dtype()), format_shape(t.shape()), std::to_string(t.nbytes())});
     }
     table.print(std::cout);
+    PagedCache paged;
+    if (paged_cache(file, &paged)) {
+      std::cout << "paged: " << paged.page_size << "-key pages, " << paged.pages << " pages; block table of "
+                << paged.sequences << " sequences, " << paged.width << " pages each\n";
+    }
     if (!file.metadata.empty()) {
       std::cout << "metadata:\n";
       for (const auto& [key, value] : file.metadata) std::cout << "  " << key << " = " << value << "\n";

@@ -9,6 +9,7 @@
 #include "output.h"
 #include "plot_png.h"
 #include "report.h"
+#include "sequences.h"
 #include "tensor_input.h"
 
 namespace dashattn::cli {
@@ -82,14 +83,17 @@ int run_run(const RunOptions& opt) {
   if (!sidecar.empty()) write_json_file(sidecar, info);
 
   if (!opt.plot.empty()) {
+    // The first sequence, at its own length in a batch of several lengths.
+    const SequenceSpan first = span_of(problem, 0);
+    const ForwardOutputs first_out = sequence_outputs(problem, out, 0, method.chunk_size);
     RoutingPlot plot;
-    plot.mask = reinterpret_cast<const uint32_t*>(out.mask.data());
+    plot.mask = reinterpret_cast<const uint32_t*>(first_out.mask.data());
     plot.h_kv = problem.h_kv();
-    plot.n_q = problem.n_q();
-    plot.n_k = problem.n_k();
+    plot.n_q = first.n_q;
+    plot.n_k = first.n_k;
     plot.chunk = method.chunk_size;
-    plot.words = out.words();
-    plot.title = "DASHATTENTION ROUTING, N=" + std::to_string(problem.n_k()) + ", SPARSITY " +
+    plot.words = first_out.words();
+    plot.title = "DASHATTENTION ROUTING, N=" + std::to_string(first.n_k) + ", SPARSITY " +
                  format_percent(stats.sparsity);
     write_routing_plot(opt.plot, plot);
   }

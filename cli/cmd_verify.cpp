@@ -10,6 +10,8 @@
 //  - Stage 2: o and lse against float64, with a tolerance of twice the error of the same computation done
 //    naively in float32 (o rounded to the dtype) plus one unit of the dtype, FlashAttention's habit. Rows whose
 //    mask differs by a tie are left out of the error figures (they attend a different key set by contract).
+// A file with a batch layout (lengths, packed sequences, a paged cache) runs as one batch and is compared sequence
+// by sequence, each on its own contiguous keys (sequences.h), since the reference knows equal-length batches only.
 #include <algorithm>
 #include <cstdlib>
 #include <cmath>
@@ -21,6 +23,7 @@
 #include "options.h"
 #include "output.h"
 #include "report.h"
+#include "sequences.h"
 #include "tensor_input.h"
 #include "verify_reference.h"
 
@@ -94,6 +97,8 @@ struct Result {
   int64_t summary_violations = 0;
   int64_t mask_errors = 0, tie_flips = 0, active_errors = 0, rows_excluded = 0, rows_over_tolerance = 0;
   double o_max = 0, o_mean = 0, o_tol = 0, lse_max = 0, lse_tol = 0;
+  double o_sum = 0;  // of the errors behind o_mean
+  int64_t o_count = 0;
   bool passed = true;
 };
 
@@ -121,19 +126,10 @@ reference::Problem reference_problem(const HostProblem& h, const MethodParams& m
   return p;
 }
 
-Result check(Backend& backend, const std::string& name, const HostProblem& host, const MethodParams& method) {
-  Result res;
-  res.backend = backend.name();
-  res.name = name;
-  ForwardOutputs out;
-  try {
-    out = run_forward(backend, host, method);
-  } catch (const Error& e) {
-    if (e.code() != ErrorCode::kUnsupported) throw;
-    res.skipped = true;
-    res.skip_reason = e.what();
-    return res;
-  }
+// Adds one contiguous problem's comparison with the float64 reference to res (errors and tolerances take the
+// maximum, counts add up).
+void compare_with_reference(Result& res, const HostProblem& host, const ForwardOutputs& out,
+                            const MethodParams& method) {
   const reference::Problem ref = reference_problem(host, method);
   const int64_t C = method.chunk_size, nc = ref.complete_chunks(), g = ref.h_q / ref.h_kv;
 
@@ -201,11 +197,10 @@ Result check(Backend& backend, const std::string& name, const HostProblem& host,
       }
     }
   }
-  res.o_tol = 2.0 * naive_o + dtype_unit(ref.dtype) * std::max(max_o, 1e-3);
-  res.lse_tol = 2.0 * naive_lse + 1e-5 * std::max(1.0, max_lse);
-
-  double sum_o = 0;
-  int64_t counted = 0, rows_over = 0;
+  const double o_tol = 2.0 * naive_o + dtype_unit(ref.dtype) * std::max(max_o, 1e-3);
+  const double lse_tol = 2.0 * naive_lse + 1e-5 * std::max(1.0, max_lse);
+  res.o_tol = std::max(res.o_tol, o_tol);
+  res.lse_tol = std::max(res.lse_tol, lse_tol);
   for (int64_t s = 0; s < ref.batch; ++s) {
     for (int64_t i = 0; i < ref.n_q; ++i) {
       for (int64_t h = 0; h < ref.h_q; ++h) {
@@ -220,8 +215,8 @@ Result check(Backend& backend, const std::string& name, const HostProblem& host,
           const size_t at = o_at(s, i, h, e);
           const double err = std::fabs(o[at] - exact.o[at]);
           row_o = std::max(row_o, std::isnan(err) ? INFINITY : err);
-          sum_o += err;
-          ++counted;
+          res.o_sum += err;
+          ++res.o_count;
         }
         const size_t at = lse_at(s, i, h);
         double row_lse = std::fabs(lse[at] - exact.lse[at]);
@@ -229,13 +224,40 @@ Result check(Backend& backend, const std::string& name, const HostProblem& host,
         res.o_max = std::max(res.o_max, row_o);
         res.lse_max = std::max(res.lse_max, row_lse);
         // Moving every bias by up to delta moves lse by up to delta and o by up to 2 * delta * max|v| (first order).
-        if (!(row_o <= res.o_tol + 2.0 * sensitivity * max_v) || !(row_lse <= res.lse_tol + sensitivity)) ++rows_over;
+        if (!(row_o <= o_tol + 2.0 * sensitivity * max_v) || !(row_lse <= lse_tol + sensitivity)) {
+          ++res.rows_over_tolerance;
+        }
       }
     }
   }
-  res.o_mean = counted ? sum_o / static_cast<double>(counted) : 0.0;
-  res.rows_over_tolerance = rows_over;
-  res.passed = res.summary_violations == 0 && res.mask_errors == 0 && res.active_errors == 0 && rows_over == 0;
+}
+
+Result check(Backend& backend, const std::string& name, const HostProblem& host, const MethodParams& method) {
+  Result res;
+  res.backend = backend.name();
+  res.name = name;
+  ForwardOutputs out;
+  try {
+    out = run_forward(backend, host, method);
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::kUnsupported) throw;
+    res.skipped = true;
+    res.skip_reason = e.what();
+    return res;
+  }
+  if (!host.layout.any()) {
+    compare_with_reference(res, host, out, method);
+  } else {
+    // Sequences of their own lengths, packed or paged: each against the reference on its own contiguous keys.
+    for (int64_t s = 0; s < host.sequences(); ++s) {
+      if (span_of(host, s).n_q == 0) continue;
+      compare_with_reference(res, sequence_problem(host, s), sequence_outputs(host, out, s, method.chunk_size),
+                             method);
+    }
+  }
+  res.o_mean = res.o_count ? res.o_sum / static_cast<double>(res.o_count) : 0.0;
+  res.passed = res.summary_violations == 0 && res.mask_errors == 0 && res.active_errors == 0 &&
+               res.rows_over_tolerance == 0;
   return res;
 }
 

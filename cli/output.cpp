@@ -79,6 +79,12 @@ std::string format_bytes(uint64_t bytes) {
   return u == 0 ? std::to_string(bytes) + " B" : format_fixed(v, 1) + " " + units[u];
 }
 
+std::string format_shape(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
 void print_json(const nlohmann::json& value) {
   // Non-finite numbers (lse = -inf of padding) are not JSON; nlohmann writes them as null, which is what we want.
   std::cout << value.dump(2) << std::endl;

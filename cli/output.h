@@ -26,6 +26,7 @@ std::string format_fixed(double value, int decimals);
 std::string format_general(double value, int significant = 4);  // 1.234e-05, 0.1234
 std::string format_percent(double fraction, int decimals = 1);  // "93.8%"
 std::string format_bytes(uint64_t bytes);                        // "1.5 MiB"
+std::string format_shape(const std::vector<int64_t>& shape);     // "[2, 64, 4, 128]"
 
 void print_json(const nlohmann::json& value);  // pretty, on stdout
 

@@ -14,7 +14,15 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 struct DeviceInputs {
   DeviceTensor q, k, v, summary_query;
+  DeviceTensor seqlens_k, cu_seqlens_q, cu_seqlens_k, block_table;
+  BatchLayout layout;  // the host layout's sizes, pointing at the device copies of its arrays
 };
+
+// A device copy of a host int32 array; empty stays empty (a null pointer in the layout).
+DeviceTensor upload_ints(Backend& backend, const std::vector<int32_t>& host) {
+  if (host.empty()) return {};
+  return DeviceTensor::from_host(backend, DType::kI32, {static_cast<int64_t>(host.size())}, host.data());
+}
 
 DeviceInputs upload(Backend& backend, const HostProblem& p) {
   DeviceInputs d;
@@ -25,7 +33,31 @@ DeviceInputs upload(Backend& backend, const HostProblem& p) {
     d.summary_query = DeviceTensor::from_host(backend, p.summary_query.dtype(), p.summary_query.shape(),
                                               p.summary_query.data());
   }
+  d.seqlens_k = upload_ints(backend, p.layout.seqlens_k);
+  d.cu_seqlens_q = upload_ints(backend, p.layout.cu_seqlens_q);
+  d.cu_seqlens_k = upload_ints(backend, p.layout.cu_seqlens_k);
+  d.block_table = upload_ints(backend, p.layout.block_table);
+  d.layout = p.layout.view();
+  d.layout.seqlens_k = static_cast<const int32_t*>(d.seqlens_k.data());
+  d.layout.cu_seqlens_q = static_cast<const int32_t*>(d.cu_seqlens_q.data());
+  d.layout.cu_seqlens_k = static_cast<const int32_t*>(d.cu_seqlens_k.data());
+  d.layout.block_table = static_cast<const int32_t*>(d.block_table.data());
   return d;
+}
+
+// The library reads a BatchLayout's arrays only where they are host-visible (the CPU backend); on a GPU a bad
+// length or block-table entry would go unnoticed. Validating the host copies first gives every backend the
+// library's own checks and messages. o aliases q: validation reads its shape only, nothing is written.
+void validate_on_host(const HostProblem& p, const MethodParams& method) {
+  ForwardParams fp;
+  fp.q = p.q.view();
+  fp.k = p.k.view();
+  fp.v = p.v.view();
+  if (p.has_summary_query()) fp.summary_query = p.summary_query.view();
+  fp.o = fp.q;
+  fp.batch = p.layout.view();
+  fp.method = method;
+  normalize_forward(fp);
 }
 
 io::Tensor download(const std::string& name, const DeviceTensor& t) {
@@ -36,11 +68,30 @@ io::Tensor download(const std::string& name, const DeviceTensor& t) {
 
 }  // namespace
 
+BatchLayout HostBatch::view() const {
+  auto data_or_null = [](const std::vector<int32_t>& v) { return v.empty() ? nullptr : v.data(); };
+  BatchLayout b;
+  b.seqlens_k = data_or_null(seqlens_k);
+  b.cu_seqlens_q = data_or_null(cu_seqlens_q);
+  b.cu_seqlens_k = data_or_null(cu_seqlens_k);
+  b.block_table = data_or_null(block_table);
+  b.block_table_stride = block_table_stride;
+  b.num_seqs = packed() ? static_cast<int>(cu_seqlens_k.size()) - 1 : 0;
+  b.max_seqlen_q = static_cast<int>(max_seqlen_q);
+  b.max_seqlen_k = static_cast<int>(max_seqlen_k);
+  return b;
+}
+
 std::string HostProblem::describe() const {
-  std::string s = "b=" + std::to_string(batch()) + " ";
+  std::string s =
+      layout.packed() ? std::to_string(sequences()) + " packed sequences " : "b=" + std::to_string(batch()) + " ";
   s += n_q() == n_k() ? "n=" + std::to_string(n_q()) : "n_q=" + std::to_string(n_q()) + " n_k=" + std::to_string(n_k());
+  if (layout.packed() || !layout.seqlens_k.empty()) s += " (longest)";
   s += " h_q=" + std::to_string(h_q()) + " h_kv=" + std::to_string(h_kv()) + " d=" + std::to_string(d()) + " " +
        dtype_name(dtype());
+  if (layout.paged()) {
+    s += ", paged: " + std::to_string(page_size()) + "-key pages, " + std::to_string(k.shape()[0]) + " pages";
+  }
   return s;
 }
 
@@ -82,9 +133,11 @@ HostProblem host_problem(const synthetic::Problem& p, DType dtype, int64_t n_q) 
 }
 
 ForwardOutputs run_forward(Backend& backend, const HostProblem& p, const MethodParams& method) {
-  const int64_t b = p.batch(), nq = p.n_q(), nk = p.n_k(), hq = p.h_q(), hkv = p.h_kv(), d = p.d();
+  // Outputs have q's b axis and rows (a packed batch: [1, total_q, ...]); summaries one row per sequence.
+  const int64_t b = p.batch(), nq = p.rows_q(), nk = p.n_k(), hq = p.h_q(), hkv = p.h_kv(), d = p.d();
   const int64_t words = mask_words(nk, method.chunk_size);
   const int64_t chunks = num_complete_chunks(nk, method.chunk_size);
+  if (p.layout.any()) validate_on_host(p, method);
   DeviceInputs in = upload(backend, p);
   DeviceTensor o(backend, p.dtype(), {b, nq, hq, d});
   DeviceTensor lse(backend, DType::kF32, {b, hq, nq});
@@ -94,7 +147,7 @@ ForwardOutputs run_forward(Backend& backend, const HostProblem& p, const MethodP
   DeviceTensor mu(backend, DType::kF32, {b, hkv, nq});
   // A zero-chunk summary cache would be a null view; then the workspace holds the (empty) summaries instead.
   DeviceTensor summaries;
-  if (chunks > 0) summaries = DeviceTensor(backend, p.k.dtype(), {b, chunks, hkv, d});
+  if (chunks > 0) summaries = DeviceTensor(backend, p.k.dtype(), {p.sequences(), chunks, hkv, d});
 
   ForwardParams fp;
   fp.q = in.q.view();
@@ -108,6 +161,7 @@ ForwardOutputs run_forward(Backend& backend, const HostProblem& p, const MethodP
   fp.routing.tau = tau.view();
   fp.routing.mu = mu.view();
   fp.routing.active_chunks = active.view();
+  fp.batch = in.layout;
   fp.method = method;
 
   backend.synchronize(nullptr);
@@ -123,11 +177,13 @@ ForwardOutputs run_forward(Backend& backend, const HostProblem& p, const MethodP
   out.active = download("active_chunks", active);
   out.tau = download("tau", tau);
   out.mu = download("mu", mu);
-  out.summaries = chunks > 0 ? download("summaries", summaries) : io::Tensor("summaries", p.k.dtype(), {b, 0, hkv, d});
+  out.summaries = chunks > 0 ? download("summaries", summaries)
+                             : io::Tensor("summaries", p.k.dtype(), {p.sequences(), 0, hkv, d});
   return out;
 }
 
 DenseOutputs run_dense(Backend& backend, const HostProblem& p, float scale) {
+  // Only the synthetic problems of demo and bench come here: contiguous batches of equal lengths.
   DeviceInputs in = upload(backend, p);
   DeviceTensor o(backend, p.dtype(), {p.batch(), p.n_q(), p.h_q(), p.d()});
   DeviceTensor lse(backend, DType::kF32, {p.batch(), p.h_q(), p.n_q()});
@@ -150,7 +206,7 @@ DenseOutputs run_dense(Backend& backend, const HostProblem& p, float scale) {
 }
 
 RoutingStats stats_of(const ForwardOutputs& out, const HostProblem& p, const MethodParams& method) {
-  return routing_stats(out.active.view(), BatchLayout{}, p.n_q(), p.n_k(), method.chunk_size);
+  return routing_stats(out.active.view(), p.layout.view(), p.n_q(), p.n_k(), method.chunk_size);
 }
 
 std::vector<float> to_float(const io::Tensor& t) {

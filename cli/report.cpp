@@ -13,8 +13,16 @@ nlohmann::json method_json(const MethodParams& m) {
 }
 
 nlohmann::json problem_json(const HostProblem& p) {
-  return {{"batch", p.batch()}, {"n_q", p.n_q()}, {"n_k", p.n_k()},          {"h_q", p.h_q()},
-          {"h_kv", p.h_kv()},   {"d", p.d()},     {"dtype", dtype_name(p.dtype())}};
+  nlohmann::json j = {{"batch", p.batch()}, {"n_q", p.n_q()}, {"n_k", p.n_k()},          {"h_q", p.h_q()},
+                      {"h_kv", p.h_kv()},   {"d", p.d()},     {"dtype", dtype_name(p.dtype())}};
+  if (p.layout.packed()) j["packed_sequences"] = p.sequences();
+  if (!p.layout.seqlens_k.empty()) j["seqlens_k"] = p.layout.seqlens_k;
+  if (p.layout.paged()) {
+    j["paged"] = {{"page_size", p.page_size()},
+                  {"pages", p.k.shape()[0]},
+                  {"block_table_width", p.layout.block_table_stride}};
+  }
+  return j;
 }
 
 nlohmann::json stats_json(const RoutingStats& s) {

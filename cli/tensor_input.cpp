@@ -2,17 +2,13 @@
 
 #include <cstring>
 
+#include "batch_input.h"
 #include "dashattn/error.h"
 #include "options.h"
+#include "output.h"
 
 namespace dashattn::cli {
 namespace {
-
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
 
 // Swaps axes 1 and 2 of a rank-4 tensor ([b, h, n, d] <-> [b, n, h, d]).
 io::Tensor swap_axes_1_2(const io::Tensor& t) {
@@ -43,7 +39,7 @@ io::Tensor attention_tensor(const io::TensorFile& file, const std::string& name,
   if (t.rank() != 3 && t.rank() != 4) {
     throw InvalidArgument(argument, layout == "bhnd" ? "rank 4 [b, h, n, d] or rank 3 [h, n, d]"
                                                      : "rank 4 [b, n, h, d] or rank 3 [n, h, d]",
-                          "shape " + shape_text(t.shape()));
+                          "shape " + format_shape(t.shape()));
   }
   if (!is_attention_dtype(t.dtype()) && t.dtype() != DType::kF64) {
     throw InvalidArgument(argument, "f32, f16, bf16 or f64 elements", dtype_name(t.dtype()));
@@ -64,19 +60,38 @@ void add_input_options(CLI::App& app, InputOptions& o, bool input_required) {
   if (input_required) o.input_flag->required();
   const std::string group = "Input";
   o.input_flag->group(group);
-  app.add_option("--q", o.q, "Name of the query tensor in the input")->group(group);
-  app.add_option("--k", o.k, "Name of the key tensor")->group(group);
-  app.add_option("--v", o.v, "Name of the value tensor")->group(group);
+  // A tensor-name flag of the Input group (the optional ones keep their option to tell "named" from "default").
+  auto name_flag = [&](const char* flag, std::string& name, const std::string& help) {
+    return app.add_option(flag, name, help)->group(group);
+  };
+  name_flag("--q", o.q, "Name of the query tensor in the input");
+  name_flag("--k", o.k, "Name of the key tensor");
+  name_flag("--v", o.v, "Name of the value tensor");
   o.summary_query_flag =
-      app.add_option("--summary-query", o.summary_query,
-                     "Name of the summary query [h_kv, d] (or [h_kv*d]); zeros when the file has no such tensor")
-          ->group(group);
+      name_flag("--summary-query", o.summary_query,
+                "Name of the summary query [h_kv, d] (or [h_kv*d]); zeros when the file has no such tensor");
+  o.seqlens_k_flag =
+      name_flag("--seqlens-k", o.seqlens_k, "Name of the int32 [b] key length of each sequence of a padded batch");
+  const std::string packed = " of a packed varlen batch (with the other prefix sum)";
+  o.cu_seqlens_q_flag = name_flag("--cu-seqlens-q", o.cu_seqlens_q,
+                                  "Name of the int32 [num_seqs + 1] prefix sums of the query rows" + packed);
+  o.cu_seqlens_k_flag = name_flag("--cu-seqlens-k", o.cu_seqlens_k,
+                                  "Name of the int32 [num_seqs + 1] prefix sums of the key counts" + packed);
+  o.block_table_flag =
+      name_flag("--block-table", o.block_table,
+                "Name of the int32 [sequences, width] block table; k and v are then page pools [pages, P, h_kv, d]");
   app.add_option("--layout", o.layout, "Memory layout of q, k, v: bnhd = [b, n, h, d], bhnd = [b, h, n, d]")
       ->check(CLI::IsMember({"bnhd", "bhnd"}))
       ->group(group);
   app.add_option("--dtype", o.dtype, "Convert q, k, v to this dtype first (default: the file's; f64 becomes f32)")
       ->check(CLI::IsMember({"f32", "f16", "bf16"}))
       ->group(group);
+}
+
+const io::Tensor* optional_tensor(const io::TensorFile& file, const std::string& name, const CLI::Option* flag) {
+  const bool named = flag != nullptr && flag->count() > 0;
+  if (!file.contains(name) && !named) return nullptr;
+  return &file.at(name);
 }
 
 HostProblem load_problem(const InputOptions& o) {
@@ -99,18 +114,18 @@ HostProblem load_problem(const InputOptions& o) {
   p.k = convert_tensor(p.k, target);
   p.v = convert_tensor(p.v, target);
 
-  const bool named = o.summary_query_flag != nullptr && o.summary_query_flag->count() > 0;
-  if (file.contains(o.summary_query) || named) {
-    const io::Tensor& sq = file.at(o.summary_query);
+  if (const io::Tensor* summary_query = optional_tensor(file, o.summary_query, o.summary_query_flag)) {
+    const io::Tensor& sq = *summary_query;
     const int64_t h_kv = p.k.shape()[2], d = p.k.shape()[3];
     if (sq.numel() != h_kv * d || !(is_attention_dtype(sq.dtype()) || sq.dtype() == DType::kF64)) {
       throw InvalidArgument("--summary-query (tensor '" + o.summary_query + "')",
                             "f32/f16/bf16 of shape [" + std::to_string(h_kv) + ", " + std::to_string(d) + "] or [" +
                                 std::to_string(h_kv * d) + "]",
-                            std::string(dtype_name(sq.dtype())) + " " + shape_text(sq.shape()));
+                            std::string(dtype_name(sq.dtype())) + " " + format_shape(sq.shape()));
     }
     p.summary_query = from_float("summary_query", DType::kF32, {h_kv, d}, to_float(sq));
   }
+  p.layout = load_batch_layout(file, o, p);
   return p;
 }
 
