@@ -48,6 +48,7 @@ class Decoder {
             const TensorView& lse = {}, const RoutingView& routing = {});
 
   int64_t length() const { return length_; }
+  // Tokens per sequence before the caches grow (a paged decoder: before the summary cache grows).
   int64_t capacity() const { return capacity_; }
   int64_t summarized_chunks() const { return summarized_; }
   // Views of the caches ([b, length, h_kv, d] and [b, summarized_chunks, h_kv, d]) on the backend's device.
