@@ -1,5 +1,5 @@
-// dashattn._core.Decoder: libdashattn's Decoder (owner of the growing K/V and chunk-summary caches, contiguous or paged)
-// for Python.
+// dashattn._core.Decoder: libdashattn's Decoder (owner of the growing K/V and chunk-summary caches, contiguous or
+// paged) for Python.
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/unique_ptr.h>
 
@@ -79,8 +79,8 @@ class PyDecoder {
     } else if (t.dtype == DType::kI32) {
       dl = nb::dtype<int32_t>();
     } else {
-      dl = {static_cast<uint8_t>(t.dtype == DType::kBF16 ? nb::dlpack::dtype_code::Bfloat : nb::dlpack::dtype_code::Float),
-            16, 1};
+      const auto code = t.dtype == DType::kBF16 ? nb::dlpack::dtype_code::Bfloat : nb::dlpack::dtype_code::Float;
+      dl = {static_cast<uint8_t>(code), 16, 1};
     }
     const int dl_device = device_.type == DeviceType::kCpu ? 1 : (device_.type == DeviceType::kCuda ? 2 : 10);
     return nb::ndarray<nb::array_api>(t.data, static_cast<size_t>(t.rank), shape, self, t.stride.data(), dl,

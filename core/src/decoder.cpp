@@ -91,7 +91,8 @@ TensorView Decoder::keys() const {
 TensorView Decoder::values() const {
   if (pages_) {
     throw InvalidArgument("values", "a contiguous decoder (page_size = 0); a paged decoder's values are "
-                          "value_pages() read through block_table() (or gathered)", "page_size = " + str(config_.page_size));
+                          "value_pages() read through block_table() (or gathered)",
+                          "page_size = " + str(config_.page_size));
   }
   return cache_view(v_, length_, capacity_);
 }

@@ -14,7 +14,8 @@ KvPagePool::KvPagePool(Backend& backend, const DecoderConfig& config)
       config_(config),
       row_bytes_(config.h_kv * config.d * dtype_size(config.dtype)),
       owned_(static_cast<size_t>(config.batch), 0) {
-  const int64_t per_sequence = std::max<int64_t>(1, (config.initial_capacity + config.page_size - 1) / config.page_size);
+  const int64_t page = config.page_size;
+  const int64_t per_sequence = std::max<int64_t>(1, (config.initial_capacity + page - 1) / page);
   try {
     widen_table(per_sequence, nullptr);
     grow_pool(config.batch * per_sequence, nullptr);

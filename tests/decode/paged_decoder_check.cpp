@@ -180,10 +180,13 @@ void check_paged_against_contiguous(Backend& be, const PagedDecoderCase& c, uint
 
   // The caches: summaries bitwise, keys and values through the table bitwise.
   CHECK(paged.summarized_chunks() == contiguous.summarized_chunks());
-  const ref::HostTensor want_s = download_view(be, contiguous.summaries()), got_s = download_view(be, paged.summaries());
+  const ref::HostTensor want_s = download_view(be, contiguous.summaries());
+  const ref::HostTensor got_s = download_view(be, paged.summaries());
   int64_t summary_rows_differ = 0;
   for (int64_t i = 0; i < c.batch; ++i)
-    for (int64_t ch = 0; ch < paged.summarized_chunks(); ++ch) summary_rows_differ += same_row(got_s, i, ch, want_s, i, ch) ? 0 : 1;
+    for (int64_t ch = 0; ch < paged.summarized_chunks(); ++ch) {
+      summary_rows_differ += same_row(got_s, i, ch, want_s, i, ch) ? 0 : 1;
+    }
   CHECK(summary_rows_differ == 0);
   const ref::HostTensor table = download_view(be, paged.block_table());
   CHECK(differing_cache_rows(be, contiguous.keys(), paged.key_pages(), table, length) == 0);

@@ -41,7 +41,9 @@ void check_invalid(F&& make, const std::string& argument, std::initializer_list<
   } catch (const InvalidArgument& e) {
     CHECK(e.argument() == argument);
     const std::string message = e.what();
-    for (const char* f : fragments) CHECK_MESSAGE(message.find(f) != std::string::npos, message << " lacks " << std::string(f));
+    for (const char* f : fragments) {
+      CHECK_MESSAGE(message.find(f) != std::string::npos, message << " lacks " << std::string(f));
+    }
   }
 }
 
