@@ -1,4 +1,5 @@
-// dashattn._core.Decoder: libdashattn's Decoder (owner of the growing K/V and chunk-summary caches) for Python.
+// dashattn._core.Decoder: libdashattn's Decoder (owner of the growing K/V and chunk-summary caches, contiguous or
+// paged) for Python.
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/unique_ptr.h>
 
@@ -14,7 +15,7 @@ class PyDecoder {
  public:
   PyDecoder(int64_t batch, int64_t h_q, int64_t h_kv, int64_t d, const std::string& dtype, const MethodParams& method,
             const std::string& device, int device_id, const std::string& backend, const InArray& summary_query,
-            int64_t initial_capacity, bool u16_is_bf16)
+            int64_t initial_capacity, int64_t page_size, bool u16_is_bf16)
       : summary_query_(summary_query), u16_is_bf16_(u16_is_bf16) {
     DecoderConfig cfg;
     cfg.batch = batch;
@@ -24,6 +25,7 @@ class PyDecoder {
     if (!parse_dtype(dtype, &cfg.dtype)) throw InvalidArgument("dtype", "'f32', 'f16' or 'bf16'", "'" + dtype + "'");
     cfg.method = method;
     cfg.initial_capacity = initial_capacity;
+    cfg.page_size = page_size;
     Device dev{DeviceType::kCpu, 0};
     if (device == "cuda") {
       dev = Device{DeviceType::kCuda, device_id};
@@ -66,20 +68,23 @@ class PyDecoder {
     decoder_->step(qv, kv, vv, ov, lv, r);
   }
 
-  // A view of one cache ([b, rows, h_kv, d]); it keeps this decoder alive but is only valid until the next
-  // step(), which may move the cache when it grows.
+  // A view of one cache ([b, rows, h_kv, d], a page pool or the int32 block table); it keeps this decoder alive
+  // but is only valid until the next step(), which may move the cache when it grows.
   nb::ndarray<nb::array_api> cache(const TensorView& t, nb::handle self) const {
-    const size_t shape[4] = {static_cast<size_t>(t.shape[0]), static_cast<size_t>(t.shape[1]),
-                             static_cast<size_t>(t.shape[2]), static_cast<size_t>(t.shape[3])};
+    size_t shape[4] = {};
+    for (int i = 0; i < t.rank; ++i) shape[i] = static_cast<size_t>(t.shape[i]);
     nb::dlpack::dtype dl;
-    if (dtype_ == DType::kF32) {
+    if (t.dtype == DType::kF32) {
       dl = nb::dtype<float>();
+    } else if (t.dtype == DType::kI32) {
+      dl = nb::dtype<int32_t>();
     } else {
-      dl = {static_cast<uint8_t>(dtype_ == DType::kBF16 ? nb::dlpack::dtype_code::Bfloat : nb::dlpack::dtype_code::Float),
-            16, 1};
+      const auto code = t.dtype == DType::kBF16 ? nb::dlpack::dtype_code::Bfloat : nb::dlpack::dtype_code::Float;
+      dl = {static_cast<uint8_t>(code), 16, 1};
     }
     const int dl_device = device_.type == DeviceType::kCpu ? 1 : (device_.type == DeviceType::kCuda ? 2 : 10);
-    return nb::ndarray<nb::array_api>(t.data, 4, shape, self, t.stride.data(), dl, dl_device, device_.index);
+    return nb::ndarray<nb::array_api>(t.data, static_cast<size_t>(t.rank), shape, self, t.stride.data(), dl,
+                                      dl_device, device_.index);
   }
 
   Decoder& decoder() { return *decoder_; }
@@ -94,16 +99,23 @@ class PyDecoder {
   DType dtype_ = DType::kBF16;
 };
 
+// The method returning the decoder's view `Get` as an array (see PyDecoder::cache).
+template <TensorView (Decoder::*Get)() const>
+nb::ndarray<nb::array_api> cache_of(nb::handle self) {
+  const PyDecoder& d = nb::cast<const PyDecoder&>(self);
+  return d.cache((d.decoder().*Get)(), self);
+}
+
 }  // namespace
 
 void bind_decoder(nb::module_& m) {
   using namespace nb::literals;
   nb::class_<PyDecoder>(m, "Decoder", "Cached decoding over a padded batch: owns the K/V and summary caches.")
       .def(nb::init<int64_t, int64_t, int64_t, int64_t, const std::string&, const MethodParams&, const std::string&,
-                    int, const std::string&, const InArray&, int64_t, bool>(),
+                    int, const std::string&, const InArray&, int64_t, int64_t, bool>(),
            "batch"_a, "h_q"_a, "h_kv"_a, "d"_a, "dtype"_a, "method"_a, "device"_a = "cpu", "device_id"_a = 0,
            "backend"_a = "auto", nb::arg("summary_query").none() = nb::none(), "initial_capacity"_a = 4096,
-           "u16_is_bf16"_a = false)
+           "page_size"_a = 0, "u16_is_bf16"_a = false)
       .def("step", &PyDecoder::step, "q"_a.noconvert(), "k"_a.noconvert(), "v"_a.noconvert(), "o"_a.noconvert(),
            nb::kw_only(), nb::arg("lse").none() = nb::none(), nb::arg("mask").none() = nb::none(),
            nb::arg("tau").none() = nb::none(), nb::arg("mu").none() = nb::none(),
@@ -114,18 +126,14 @@ void bind_decoder(nb::module_& m) {
       .def_prop_ro("summarized_chunks", [](const PyDecoder& d) { return d.decoder().summarized_chunks(); })
       .def_prop_ro("backend", [](const PyDecoder& d) { return std::string(d.decoder().backend().name()); })
       .def_prop_ro("dtype", [](const PyDecoder& d) { return std::string(dtype_name(d.dtype())); })
-      .def("keys", [](nb::handle self) {
-        const PyDecoder& d = nb::cast<const PyDecoder&>(self);
-        return d.cache(d.decoder().keys(), self);
-      })
-      .def("values", [](nb::handle self) {
-        const PyDecoder& d = nb::cast<const PyDecoder&>(self);
-        return d.cache(d.decoder().values(), self);
-      })
-      .def("summaries", [](nb::handle self) {
-        const PyDecoder& d = nb::cast<const PyDecoder&>(self);
-        return d.cache(d.decoder().summaries(), self);
-      });
+      .def("keys", &cache_of<&Decoder::keys>)
+      .def("values", &cache_of<&Decoder::values>)
+      .def("summaries", &cache_of<&Decoder::summaries>)
+      .def_prop_ro("page_size", [](const PyDecoder& d) { return d.decoder().page_size(); })
+      .def_prop_ro("num_pages", [](const PyDecoder& d) { return d.decoder().num_pages(); })
+      .def("key_pages", &cache_of<&Decoder::key_pages>)
+      .def("value_pages", &cache_of<&Decoder::value_pages>)
+      .def("block_table", &cache_of<&Decoder::block_table>);
 }
 
 }  // namespace dashattn::python

@@ -1,8 +1,11 @@
 #include "dashattn/decoder.h"
 
 #include <algorithm>
+#include <limits>
+#include <numeric>
 
 #include "dashattn/dashattn.h"
+#include "kv_page_pool.h"
 
 namespace dashattn {
 namespace {
@@ -26,6 +29,15 @@ void require_row_dense(const std::string& name, const TensorView& t, int64_t b, 
   }
 }
 
+// 0 (contiguous) or a positive multiple of 64 and of the chunk size: the page rule of BatchLayout::block_table.
+void check_page_size(int64_t page_size, int64_t chunk) {
+  if (page_size == 0 || (page_size > 0 && page_size % 64 == 0 && page_size % chunk == 0)) return;
+  throw InvalidArgument("page_size",
+                        "0 (contiguous caches) or a positive multiple of 64 and of chunk_size = " + str(chunk) +
+                            " (a multiple of " + str(std::lcm<int64_t>(64, chunk)) + ")",
+                        str(page_size));
+}
+
 }  // namespace
 
 Decoder::Decoder(Backend& backend, const DecoderConfig& config, const TensorView& summary_query)
@@ -37,9 +49,19 @@ Decoder::Decoder(Backend& backend, const DecoderConfig& config, const TensorView
   }
   if (config.d < 1) throw InvalidArgument("d", ">= 1", str(config.d));
   if (!is_attention_dtype(config.dtype)) throw InvalidArgument("dtype", "f32, f16 or bf16", dtype_name(config.dtype));
+  check_page_size(config.page_size, config.method.chunk_size);
   const Probe probe = Registry::instance().probe(backend);
   if (!probe.available) throw BackendUnavailable(backend.name(), probe.reason);
-  reserve(std::max<int64_t>(config.initial_capacity, config.method.chunk_size));
+  if (config.page_size > 0) pages_ = std::make_unique<detail::KvPagePool>(backend, config);
+  try {
+    reserve(std::max<int64_t>(config.initial_capacity, config.method.chunk_size));
+  } catch (...) {
+    // The destructor does not run for a constructor that throws: the pool frees itself, the rest is freed here.
+    backend_.deallocate(k_);
+    backend_.deallocate(v_);
+    backend_.deallocate(s_);
+    throw;
+  }
 }
 
 Decoder::~Decoder() {
@@ -59,28 +81,54 @@ TensorView Decoder::cache_view(void* data, int64_t rows, int64_t cap_rows) const
   return t;
 }
 
-TensorView Decoder::keys() const { return cache_view(k_, length_, capacity_); }
-TensorView Decoder::values() const { return cache_view(v_, length_, capacity_); }
+TensorView Decoder::keys() const {
+  if (pages_) {
+    throw InvalidArgument("keys", "a contiguous decoder (page_size = 0); a paged decoder's keys are key_pages() read "
+                          "through block_table() (or gathered)", "page_size = " + str(config_.page_size));
+  }
+  return cache_view(k_, length_, capacity_);
+}
+TensorView Decoder::values() const {
+  if (pages_) {
+    throw InvalidArgument("values", "a contiguous decoder (page_size = 0); a paged decoder's values are "
+                          "value_pages() read through block_table() (or gathered)",
+                          "page_size = " + str(config_.page_size));
+  }
+  return cache_view(v_, length_, capacity_);
+}
 TensorView Decoder::summaries() const {
   return cache_view(s_, summarized_, capacity_ / config_.method.chunk_size);
 }
 
+const detail::KvPagePool& Decoder::pages(const char* accessor) const {
+  if (!pages_) throw InvalidArgument(accessor, "a paged decoder (page_size > 0)", "page_size = 0 (contiguous caches)");
+  return *pages_;
+}
+int64_t Decoder::num_pages() const { return pages_ ? pages_->num_pages() : 0; }
+TensorView Decoder::key_pages() const { return pages("key_pages").key_pages(); }
+TensorView Decoder::value_pages() const { return pages("value_pages").value_pages(); }
+TensorView Decoder::block_table() const { return pages("block_table").table(); }
+
 void Decoder::reserve(int64_t tokens) {
   if (tokens <= capacity_) return;
   const int64_t chunk = config_.method.chunk_size;
-  // Geometric growth keeps appends amortized O(1); capacity stays a multiple of the chunk size.
+  // Geometric growth keeps appends amortized O(1); capacity stays a multiple of the chunk size. A paged decoder
+  // grows only the summary cache here (its pool grows page by page).
   int64_t cap = std::max<int64_t>(tokens, capacity_ * 2);
   cap = (cap + chunk - 1) / chunk * chunk;
   const int64_t row = config_.h_kv * config_.d * dtype_size(config_.dtype);  // bytes per token per sequence
   const int64_t b = config_.batch;
-  void* nk = backend_.allocate(static_cast<size_t>(b * cap * row));
-  void* nv = backend_.allocate(static_cast<size_t>(b * cap * row));
+  const bool contiguous = !pages_;
+  void* nk = contiguous ? backend_.allocate(static_cast<size_t>(b * cap * row)) : nullptr;
+  void* nv = contiguous ? backend_.allocate(static_cast<size_t>(b * cap * row)) : nullptr;
   void* ns = backend_.allocate(static_cast<size_t>(b * (cap / chunk) * row));
-  for (int64_t i = 0; i < b && length_ > 0; ++i) {
-    backend_.copy(static_cast<char*>(nk) + i * cap * row, static_cast<char*>(k_) + i * capacity_ * row,
-                  static_cast<size_t>(length_ * row), CopyKind::kDeviceToDevice, stream);
-    backend_.copy(static_cast<char*>(nv) + i * cap * row, static_cast<char*>(v_) + i * capacity_ * row,
-                  static_cast<size_t>(length_ * row), CopyKind::kDeviceToDevice, stream);
+  for (int64_t i = 0; i < b; ++i) {
+    if (contiguous && length_ > 0) {
+      backend_.copy(static_cast<char*>(nk) + i * cap * row, static_cast<char*>(k_) + i * capacity_ * row,
+                    static_cast<size_t>(length_ * row), CopyKind::kDeviceToDevice, stream);
+      backend_.copy(static_cast<char*>(nv) + i * cap * row, static_cast<char*>(v_) + i * capacity_ * row,
+                    static_cast<size_t>(length_ * row), CopyKind::kDeviceToDevice, stream);
+    }
     if (summarized_ > 0) {
       backend_.copy(static_cast<char*>(ns) + i * (cap / chunk) * row,
                     static_cast<char*>(s_) + i * (capacity_ / chunk) * row, static_cast<size_t>(summarized_ * row),
@@ -97,16 +145,7 @@ void Decoder::reserve(int64_t tokens) {
   capacity_ = cap;
 }
 
-void Decoder::step(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& o,
-                   const TensorView& lse, const RoutingView& routing) {
-  const Device dev{backend_.device_type(), config_.device_index};
-  if (!q.defined() || q.rank != 4) throw InvalidArgument("q", "rank 4 [b, t, h_q, d]", q.shape_string());
-  const int64_t steps = q.shape[1];
-  if (steps < 1) throw InvalidArgument("q.shape[1]", ">= 1 new token", str(steps));
-  require_row_dense("k", k, config_.batch, steps, config_.h_kv, config_.d, config_.dtype, dev);
-  require_row_dense("v", v, config_.batch, steps, config_.h_kv, config_.d, config_.dtype, dev);
-
-  reserve(length_ + steps);
+void Decoder::append_contiguous(const TensorView& k, const TensorView& v, int64_t steps) {
   const int64_t row = config_.h_kv * config_.d * dtype_size(config_.dtype);
   const int64_t es = dtype_size(config_.dtype);
   for (int64_t i = 0; i < config_.batch; ++i) {
@@ -117,11 +156,38 @@ void Decoder::step(const TensorView& q, const TensorView& k, const TensorView& v
                   static_cast<const char*>(v.data) + i * v.stride[0] * es, static_cast<size_t>(steps * row),
                   CopyKind::kDeviceToDevice, stream);
   }
+}
 
+void Decoder::step(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& o,
+                   const TensorView& lse, const RoutingView& routing) {
+  const Device dev{backend_.device_type(), config_.device_index};
+  if (!q.defined() || q.rank != 4) throw InvalidArgument("q", "rank 4 [b, t, h_q, d]", q.shape_string());
+  const int64_t steps = q.shape[1];
+  if (steps < 1) throw InvalidArgument("q.shape[1]", ">= 1 new token", str(steps));
+  require_row_dense("k", k, config_.batch, steps, config_.h_kv, config_.d, config_.dtype, dev);
+  require_row_dense("v", v, config_.batch, steps, config_.h_kv, config_.d, config_.dtype, dev);
+
+  if (pages_ && length_ + steps > std::numeric_limits<int>::max()) {
+    // A paged forward takes the key length as BatchLayout::max_seqlen_k, an int.
+    throw InvalidArgument("q.shape[1]", "at most " + str(std::numeric_limits<int>::max() - length_) +
+                                            " new tokens (a paged cache holds < 2^31 keys per sequence)", str(steps));
+  }
+
+  reserve(length_ + steps);
   ForwardParams p;
+  if (pages_) {
+    // Rows of a step that does not commit stay in their pages and are rewritten by the next step: a retry reads
+    // the same pages.
+    pages_->reserve(length_ + steps, stream);
+    pages_->append(k, v, length_, steps, stream);
+    pages_->upload_table(stream);
+    pages_->describe(&p, length_ + steps);
+  } else {
+    append_contiguous(k, v, steps);
+    p.k = cache_view(k_, length_ + steps, capacity_);
+    p.v = cache_view(v_, length_ + steps, capacity_);
+  }
   p.q = q;
-  p.k = cache_view(k_, length_ + steps, capacity_);
-  p.v = cache_view(v_, length_ + steps, capacity_);
   p.summary_query = summary_query_;
   p.summaries = cache_view(s_, capacity_ / config_.method.chunk_size, capacity_ / config_.method.chunk_size);
   p.summaries_valid = summarized_;

@@ -35,12 +35,17 @@ class Decoder:
     Arrays passed to step() must live on `device` and have the decoder's dtype; outputs are allocated in the
     framework of q. Keys and values of one step must be dense per sequence ([b, t, h_kv, d] with strides
     [*, h_kv*d, d, 1]; any layout works for t = 1).
+
+    With page_size > 0 (a multiple of 64 and of chunk_size) the K/V cache is paged: a K and a V pool
+    [num_pages, page_size, h_kv, d] (key_pages(), value_pages()) and an int32 block table [batch, width]
+    (block_table()); key j of sequence i is row j % page_size of page block_table[i, j // page_size]. The outputs
+    are bit for bit those of a contiguous decoder.
     """
 
     def __init__(self, batch: int, h_q: int, h_kv: int, d: int, *, dtype: Any = "bf16", device: Any = "cpu",
                  summary_query: Any = None, chunk_size: int = 64, alpha: float = 1.5, gamma: float = 1.0,
                  sigma: float = 1e8, prior: str = "estimate_diagonal", scale: Optional[float] = None,
-                 solver: str = "exact", backend: str = "auto", initial_capacity: int = 4096):
+                 solver: str = "exact", backend: str = "auto", initial_capacity: int = 4096, page_size: int = 0):
         self.method = method(chunk_size, alpha, gamma, sigma, prior, scale, solver)
         kind, index = _parse_device(device)
         self._summary_query = summary_query  # the extension reads it on every step: keep it alive
@@ -48,7 +53,8 @@ class Decoder:
         self._batch, self._h_q, self._h_kv, self._d = int(batch), int(h_q), int(h_kv), int(d)
         self._core = _core.Decoder(self._batch, self._h_q, self._h_kv, self._d, dtype_name(dtype), self.method,
                                    device=kind, device_id=index, backend=backend, summary_query=sq,
-                                   initial_capacity=int(initial_capacity), u16_is_bf16=bf)
+                                   initial_capacity=int(initial_capacity), page_size=int(page_size),
+                                   u16_is_bf16=bf)
 
     @property
     def length(self) -> int:
@@ -66,6 +72,16 @@ class Decoder:
     @property
     def backend(self) -> str:
         return self._core.backend
+
+    @property
+    def page_size(self) -> int:
+        """Keys per page of a paged decoder; 0 for contiguous caches."""
+        return self._core.page_size
+
+    @property
+    def num_pages(self) -> int:
+        """Pages allocated in each of the K and V pools (0 for contiguous caches)."""
+        return self._core.num_pages
 
     def step(self, q, k, v, *, layout: str = "bnhd", return_lse: bool = False, return_routing: bool = False,
              out=None, stream=None):
@@ -105,15 +121,50 @@ class Decoder:
         return result[0] if len(result) == 1 else tuple(result)
 
     def keys(self, copy: bool = True):
-        """The key cache [b, length, h_kv, d] (a copy by default: a view is invalidated when the cache grows)."""
+        """The key cache [b, length, h_kv, d] (a copy by default: a view is invalidated when the cache grows).
+
+        A paged decoder's keys are gathered from its pages into a new array (copy=False raises)."""
+        if self.page_size:
+            return self._gather("keys", "key_pages", copy)
         return self._cache(self._core.keys(), copy)
 
     def values(self, copy: bool = True):
+        """The value cache [b, length, h_kv, d]; gathered from the pages of a paged decoder, like keys()."""
+        if self.page_size:
+            return self._gather("values", "value_pages", copy)
         return self._cache(self._core.values(), copy)
+
+    def key_pages(self, copy: bool = True):
+        """The K page pool [num_pages, page_size, h_kv, d] of a paged decoder (a copy by default)."""
+        return self._cache(self._core.key_pages(), copy)
+
+    def value_pages(self, copy: bool = True):
+        """The V page pool [num_pages, page_size, h_kv, d] of a paged decoder (a copy by default)."""
+        return self._cache(self._core.value_pages(), copy)
+
+    def block_table(self, copy: bool = True):
+        """The int32 block table [batch, width] of a paged decoder; entries past a sequence's pages are unused."""
+        return self._cache(self._core.block_table(), copy)
 
     def summaries(self, copy: bool = True):
         """The chunk summaries [b, summarized_chunks, h_kv, d] in the cache's dtype."""
         return self._cache(self._core.summaries(), copy)
+
+    def _gather(self, name: str, pool: str, copy: bool):
+        # The rows of a paged cache are spread over its pool: a contiguous [b, length, h_kv, d] array is a copy.
+        if not copy:
+            raise InvalidArgumentError(
+                f"invalid argument 'copy': expected True for {name}() of a paged decoder (its {name} are gathered "
+                f"from the pages into a new array; read {pool}() through block_table() for views), got False")
+        pages, table = getattr(self, pool)(copy=False), self.block_table(copy=False)
+        size = self.page_size
+        used = -(-self.length // size)  # table columns that hold keys
+        index = table[:, :used]
+        if is_torch(index):
+            index = index.long()
+        rows = pages[index]  # [b, used, page_size, h_kv, d]
+        rows = rows.reshape(self._batch, used * size, self._h_kv, self._d)[:, :self.length]
+        return rows.contiguous() if is_torch(rows) else np.ascontiguousarray(rows)
 
     def _cache(self, raw, copy: bool):
         # torch reads every dtype and device through DLPack; NumPy only host arrays without bfloat16.

@@ -4,9 +4,14 @@
 // grows them geometrically (no cap on chunks other than memory), and on each step appends the new keys and values,
 // summarizes exactly the chunks they complete, routes the new queries and attends. Engines that own their KV
 // cache call forward() with ForwardParams::summaries / summaries_valid instead.
+//
+// The K/V cache is either contiguous ([b, capacity, h_kv, d] per cache) or, with DecoderConfig::page_size > 0, a
+// K and a V page pool [num_pages, page_size, h_kv, d] with an int32 block table [b, width] (the paged layout of
+// BatchLayout::block_table). The summary cache is contiguous either way.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 #include "dashattn/backend.h"
 
@@ -19,7 +24,14 @@ struct DecoderConfig {
   int device_index = 0;             // which device of the backend's kind holds the caches (cuda:1 -> 1)
   MethodParams method;
   int64_t initial_capacity = 4096;  // tokens per sequence before the first growth
+  // 0: contiguous K/V caches. > 0: K/V in page pools of page_size keys per page, a multiple of 64 and of
+  // method.chunk_size (so that no chunk or 64-key tile straddles two pages).
+  int64_t page_size = 0;
 };
+
+namespace detail {
+class KvPagePool;
+}
 
 class Decoder {
  public:
@@ -36,18 +48,33 @@ class Decoder {
             const TensorView& lse = {}, const RoutingView& routing = {});
 
   int64_t length() const { return length_; }
+  // Tokens per sequence before the caches grow (a paged decoder: before the summary cache grows).
   int64_t capacity() const { return capacity_; }
   int64_t summarized_chunks() const { return summarized_; }
   // Views of the caches ([b, length, h_kv, d] and [b, summarized_chunks, h_kv, d]) on the backend's device.
+  // A paged decoder's keys and values are no strided view: keys() / values() throw InvalidArgument there (read
+  // key_pages() / value_pages() through block_table()).
   TensorView keys() const;
   TensorView values() const;
   TensorView summaries() const;
+
+  // Paged mode (page_size > 0). The pools [num_pages, page_size, h_kv, d] and the block table (int32 [b, width]
+  // on the backend's device, as of the last step; entries past a sequence's pages are never read). Key j of
+  // sequence i is row j % page_size of page block_table[i, j / page_size]. On a contiguous decoder num_pages() is
+  // 0 and the three views throw InvalidArgument.
+  int64_t page_size() const { return config_.page_size; }
+  int64_t num_pages() const;
+  TensorView key_pages() const;
+  TensorView value_pages() const;
+  TensorView block_table() const;
   Backend& backend() const { return backend_; }
   void* stream = nullptr;
 
  private:
   void reserve(int64_t tokens);
+  void append_contiguous(const TensorView& k, const TensorView& v, int64_t steps);
   TensorView cache_view(void* data, int64_t rows, int64_t cap_rows) const;
+  const detail::KvPagePool& pages(const char* accessor) const;
 
   Backend& backend_;
   DecoderConfig config_;
@@ -55,6 +82,7 @@ class Decoder {
   void* k_ = nullptr;
   void* v_ = nullptr;
   void* s_ = nullptr;
+  std::unique_ptr<detail::KvPagePool> pages_;  // null: contiguous K/V in k_ and v_
   int64_t length_ = 0, capacity_ = 0, summarized_ = 0;
 };
 
