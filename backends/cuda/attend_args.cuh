@@ -60,4 +60,11 @@ struct AttendArgs {
   KeyPages pages{};
 };
 
+// The chunks a query of a sequence of n_k keys may route: those before the last key's chunk (a query never routes
+// its own chunk). Only their k̄ are read for the bias. The last chunk, even when complete, is left alone: a decode
+// step's Stage 0 may be writing its summary beside Stage 2.
+__device__ __forceinline__ int64_t routable_chunks(int64_t n_k, int log2_chunk) {
+  return n_k > 0 ? (n_k - 1) >> log2_chunk : 0;
+}
+
 }  // namespace dashattn::cuda

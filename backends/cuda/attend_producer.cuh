@@ -110,14 +110,14 @@ __device__ __forceinline__ void attend_produce(const AttendArgs& a, const Sequen
     Element* sV = sK + Cfg::kTileElems;
     bool arrived = false;
     if (kbar_per_tile) {
-      // k̄ of the tile's chunks (only complete chunks have one; the rest read as zeros and are never routed).
+      // k̄ of the tile's routable chunks (the rest read as zeros and carry no bias).
       const int64_t c0 = (tile * kTileKeys) >> a.log2_chunk;
-      const int64_t n_complete = sp.n_k >> a.log2_chunk;
+      const int64_t n_routable = routable_chunks(sp.n_k, a.log2_chunk);
       const Element* summ = static_cast<const Element*>(a.summaries.data);
       Element* dst = reinterpret_cast<Element*>(sKbar + size_t(stage) * Cfg::kKbarStageBytes);
       for (int task = lane; task < per_tile * Cfg::kRowPieces; task += 32) {
         const int qd = task / Cfg::kRowPieces, piece = task % Cfg::kRowPieces;
-        const bool ok = c0 + qd < n_complete;
+        const bool ok = c0 + qd < n_routable;
         const Element* src = ok ? summ + a.summaries.offset(seq, c0 + qd, kv_head) + piece * 8 : summ;
         mma::cp_async_16(dst + qd * Cfg::kKbarRowElems + piece * 8, src, ok ? 16 : 0);
       }

@@ -110,11 +110,11 @@ __device__ __forceinline__ void copy_kbar_columns(const AttendArgs& a, const Seq
   constexpr int D = Cfg::kHeadDim;
   constexpr int kColBytes = Cfg::kKbarColBytes;
   const Element* summ = static_cast<const Element*>(a.summaries.data);
-  const int64_t n_complete = sp.n_k >> a.log2_chunk;
+  const int64_t n_routable = routable_chunks(sp.n_k, a.log2_chunk);
   const int t4 = lane % 4;
   for (int p0 = base + first; p0 < base + round_pairs; p0 += step) {
     const int64_t my_c = cols.column(p0, lane);
-    const bool ok = my_c >= 0 && my_c < n_complete;
+    const bool ok = my_c >= 0 && my_c < n_routable;
     const Element* src = summ + (ok ? a.summaries.offset(seq, my_c, kv_head) : 0);
     unsigned char* dst = staging + size_t(p0 - base + lane / 4) * kColBytes;
 #pragma unroll
@@ -153,11 +153,11 @@ __device__ __forceinline__ void fill_bias_table(const TableFill& f, QFragment&& 
   const int kStagedCols =
       prestaged ? Cfg::kPrepStagedCols : int(size_t(staging_stages) * kStageBytes / kColBytes) / 8 * 8;
   const Element* summ = static_cast<const Element*>(a.summaries.data);
-  const int64_t n_complete = sp.n_k >> a.log2_chunk;
+  const int64_t n_routable = routable_chunks(sp.n_k, a.log2_chunk);
   const bool writer = (lane / 4) % g == 0;  // the first row of its token (g divides 8, or row 0 with g = 16)
   PairColumns cols(f.cursor, sUnion, f.union_words, n_pairs, per_tile, a.log2_chunk);
   auto load_column = [&](int64_t my_c, uint32_t (&kbf)[Cfg::kKSteps][2]) {
-    const bool ok = my_c >= 0 && my_c < n_complete;
+    const bool ok = my_c >= 0 && my_c < n_routable;
     const uint32_t* kp =
         reinterpret_cast<const uint32_t*>(summ + (ok ? a.summaries.offset(seq, my_c, kv_head) : 0)) + t4;
 #pragma unroll

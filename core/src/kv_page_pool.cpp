@@ -52,9 +52,13 @@ void KvPagePool::grow_pool(int64_t pages, void* stream) {
   void* nv = nullptr;
   try {
     nv = backend_.allocate(bytes);
+    const size_t old_bytes = static_cast<size_t>(num_pages_ * config_.page_size * row_bytes_);
+    // The new pages start as zeros: a page's rows past its sequence's length are never written, yet the next growth
+    // copies them, and a copy of undefined memory is a defect the memory checkers rightly report.
+    backend_.memset_zero(static_cast<char*>(nk) + old_bytes, bytes - old_bytes, stream);
+    backend_.memset_zero(static_cast<char*>(nv) + old_bytes, bytes - old_bytes, stream);
     if (num_pages_ > 0) {
       // Pages keep their indices, so the table stays valid: one copy of each old pool is all a growth needs.
-      const size_t old_bytes = static_cast<size_t>(num_pages_ * config_.page_size * row_bytes_);
       backend_.copy(nk, k_, old_bytes, CopyKind::kDeviceToDevice, stream);
       backend_.copy(nv, v_, old_bytes, CopyKind::kDeviceToDevice, stream);
       // The old pools are freed below: the copies and any step still reading them must be done.

@@ -24,9 +24,16 @@ ref::HostTensor download_view(Backend& be, const TensorView& v) {
     empty = empty || v.shape[i] == 0;
     last += (v.shape[i] - 1) * v.stride[i];
   }
-  h.bytes.resize(empty ? 0 : static_cast<size_t>((last + 1) * dtype_size(v.dtype)));
+  const int64_t es = dtype_size(v.dtype);
+  h.bytes.resize(empty ? 0 : static_cast<size_t>((last + 1) * es));
   be.synchronize(nullptr);
-  if (!h.bytes.empty()) be.copy(h.bytes.data(), v.data, h.bytes.size(), CopyKind::kDeviceToHost, nullptr);
+  // Slice by slice of axis 0: a cache view's sequences lie capacity rows apart, and the rows between them were
+  // never written (copying them would read undefined device memory).
+  const int64_t slice = empty ? 0 : last + 1 - (v.shape[0] - 1) * v.stride[0];
+  for (int64_t i = 0; i < (empty ? 0 : v.shape[0]); ++i) {
+    be.copy(h.bytes.data() + i * v.stride[0] * es, static_cast<const char*>(v.data) + i * v.stride[0] * es,
+            static_cast<size_t>(slice * es), CopyKind::kDeviceToHost, nullptr);
+  }
   h.view.data = h.bytes.data();
   h.view.device = Device{DeviceType::kCpu, 0};
   return h;
