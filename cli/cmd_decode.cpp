@@ -25,6 +25,7 @@ struct DecodeOptions {
   int64_t prompt_len = 0;
   int64_t steps = -1;  // -1: as many as the input holds
   int64_t tokens_per_step = 1;
+  int64_t page_size = 0;  // > 0: the Decoder keeps K and V in pages of this many keys
   double tolerance = -1;  // -1: derived from the dtype
   std::string output;
 };
@@ -80,6 +81,13 @@ int run_decode(const DecodeOptions& opt) {
   if (opt.tokens_per_step < 1) {
     throw InvalidArgument("--tokens-per-step", ">= 1", std::to_string(opt.tokens_per_step));
   }
+  if (opt.page_size < 0 ||
+      (opt.page_size > 0 && (opt.page_size % 64 != 0 || opt.page_size % method.chunk_size != 0))) {
+    throw InvalidArgument("--page-size",
+                          "0 (contiguous caches) or a multiple of 64 and of --chunk = " +
+                              std::to_string(method.chunk_size),
+                          std::to_string(opt.page_size));
+  }
   const int64_t room = (n - opt.prompt_len) / opt.tokens_per_step;
   const int64_t steps = opt.steps < 0 ? room : opt.steps;
   if (steps > room) {
@@ -111,6 +119,7 @@ int run_decode(const DecodeOptions& opt) {
   cfg.d = d;
   cfg.dtype = problem.dtype();
   cfg.method = method;
+  cfg.page_size = opt.page_size;
   Decoder decoder(backend, cfg, problem.has_summary_query() ? summary_query.view() : TensorView{});
 
   io::Tensor o_decode("o", problem.dtype(), {b, total, hq, d});
@@ -184,6 +193,8 @@ int run_decode(const DecodeOptions& opt) {
     j["prompt_len"] = opt.prompt_len;
     j["steps"] = steps;
     j["tokens_per_step"] = opt.tokens_per_step;
+    j["page_size"] = opt.page_size;
+    j["pages"] = decoder.num_pages();
     j["max_abs_difference"] = diff.max_abs;
     j["relative_difference"] = diff.relative;
     j["tolerance"] = tolerance;
@@ -195,7 +206,11 @@ int run_decode(const DecodeOptions& opt) {
   } else {
     std::cout << "decoded " << problem.describe() << " on " << backend.name() << ": prompt of " << opt.prompt_len
               << " tokens, then " << steps << " step" << (steps == 1 ? "" : "s") << " of " << opt.tokens_per_step
-              << " token" << (opt.tokens_per_step == 1 ? "" : "s") << " (" << format_fixed(seconds * 1e3, 2)
+              << " token" << (opt.tokens_per_step == 1 ? "" : "s")
+              << (opt.page_size > 0 ? ", K/V in " + std::to_string(decoder.num_pages()) + " pages of " +
+                                          std::to_string(opt.page_size) + " keys"
+                                    : std::string())
+              << " (" << format_fixed(seconds * 1e3, 2)
               << " ms; prefill " << format_fixed(prefill.seconds * 1e3, 2) << " ms)\n"
               << "decode vs prefill: max abs difference " << format_general(diff.max_abs) << " (tolerance "
               << format_general(tolerance) << "), mask rows differing " << mask_rows_differing << " of "
@@ -224,6 +239,8 @@ Command add_decode_command(CLI::App& parent) {
   app->add_option("--prompt-len", opt->prompt_len, "Tokens of the prompt (the first decoder step)")->required();
   app->add_option("--steps", opt->steps, "Decode steps after the prompt; -1: as many as the input holds");
   app->add_option("--tokens-per-step", opt->tokens_per_step, "Tokens appended per decode step");
+  app->add_option("--page-size", opt->page_size,
+                  "Keys per page of a paged K/V cache (a multiple of 64 and of --chunk); 0: contiguous caches");
   app->add_option("--tolerance", opt->tolerance,
                   "Largest max-abs difference from the prefill that counts as agreement; -1: two units in the "
                   "last place of the dtype at the output's magnitude");

@@ -85,6 +85,10 @@ TEST_CASE("a tensor missing from the input exits with 3 and names it") {
   check_error(run_cli({"run", "-i", path, "-o", scratch_path("o.safetensors"), "--summary-query", "sq"}), 3, "sq");
   check_error(run_cli({"decode", "-i", path, "--prompt-len", "65"}), 3, "--prompt-len");
   check_error(run_cli({"decode", "-i", path, "--prompt-len", "10", "--steps", "100"}), 3, "--steps");
+  check_error(run_cli({"decode", "-i", path, "--prompt-len", "10", "--page-size", "100"}), 3, "--page-size");
+  check_error(run_cli({"decode", "-i", path, "--prompt-len", "10", "--page-size", "64", "--chunk", "128"}), 3,
+              "--page-size");
+  check_error(run_cli({"decode", "-i", path, "--prompt-len", "10", "--page-size", "-64"}), 3, "--page-size");
 }
 
 namespace {

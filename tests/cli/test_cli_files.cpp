@@ -187,6 +187,31 @@ TEST_CASE("decode replays a prompt and agrees with prefill") {
   CHECK(io::read_tensor_file(out).at("o").shape() == std::vector<int64_t>{1, 260, 4, 64});
 }
 
+TEST_CASE("decode with a paged K/V cache agrees with prefill and with the contiguous decoder") {
+  synthetic::Problem p = small_problem(300);
+  const std::string in = write_problem(p, "decode_paged.safetensors");
+  const std::string flat_out = scratch_path("decoded_flat.safetensors"), paged_out = scratch_path("decoded_paged.safetensors");
+  const auto flat = run_cli({"decode", "--input", in, "--prompt-len", "70", "--tokens-per-step", "3", "--chunk", "32",
+                             "--output", flat_out, "--json"});
+  REQUIRE_MESSAGE(flat.exit_code == 0, (flat.out + flat.err));
+  CHECK(flat.json()["page_size"] == 0);
+  const auto r = run_cli({"decode", "--input", in, "--prompt-len", "70", "--tokens-per-step", "3", "--chunk", "32",
+                          "--page-size", "64", "--output", paged_out, "--json"});
+  REQUIRE_MESSAGE(r.exit_code == 0, (r.out + r.err));
+  const auto j = r.json();
+  CHECK(j["agree"].get<bool>());
+  CHECK(j["mask_rows_differing"] == 0);
+  CHECK(j["page_size"] == 64);
+  CHECK(j["pages"].get<int64_t>() >= 5);  // 300 keys in 64-key pages
+  // The paged cache holds the same keys: the decoded outputs are the contiguous decoder's, bit for bit.
+  const io::Tensor a = io::read_tensor_file(flat_out).at("o"), b = io::read_tensor_file(paged_out).at("o");
+  REQUIRE(a.nbytes() == b.nbytes());
+  CHECK(std::memcmp(a.data(), b.data(), a.nbytes()) == 0);
+  const auto text = run_cli({"decode", "--input", in, "--prompt-len", "70", "--chunk", "32", "--page-size", "128"});
+  REQUIRE_MESSAGE(text.exit_code == 0, text.err);
+  CHECK(text.out.find("pages of 128 keys") != std::string::npos);
+}
+
 TEST_CASE("verify accepts a given input file") {
   synthetic::Problem p = small_problem();
   const std::string in = write_problem(p, "verify_in.safetensors");
