@@ -38,6 +38,21 @@ void check_page_size(int64_t page_size, int64_t chunk) {
                         str(page_size));
 }
 
+// Each sequence's count of new tokens in a step of t = `steps` rows: new_tokens[i], checked to lie in [0, t], or t
+// for every sequence when new_tokens is null.
+std::vector<int64_t> token_counts(const int32_t* new_tokens, int64_t batch, int64_t steps) {
+  std::vector<int64_t> counts(static_cast<size_t>(batch), steps);
+  if (new_tokens == nullptr) return counts;
+  for (int64_t i = 0; i < batch; ++i) {
+    if (new_tokens[i] < 0 || new_tokens[i] > steps) {
+      throw InvalidArgument("new_tokens[" + str(i) + "]", "a count in [0, " + str(steps) + "] (t = q.shape[1])",
+                            str(new_tokens[i]));
+    }
+    counts[i] = new_tokens[i];
+  }
+  return counts;
+}
+
 }  // namespace
 
 Decoder::Decoder(Backend& backend, const DecoderConfig& config, const TensorView& summary_query)
@@ -52,6 +67,7 @@ Decoder::Decoder(Backend& backend, const DecoderConfig& config, const TensorView
   check_page_size(config.page_size, config.method.chunk_size);
   const Probe probe = Registry::instance().probe(backend);
   if (!probe.available) throw BackendUnavailable(backend.name(), probe.reason);
+  lengths_.assign(static_cast<size_t>(config.batch), 0);
   if (config.page_size > 0) pages_ = std::make_unique<detail::KvPagePool>(backend, config);
   try {
     reserve(std::max<int64_t>(config.initial_capacity, config.method.chunk_size));
@@ -72,6 +88,7 @@ Decoder::~Decoder() {
   backend_.deallocate(k_);
   backend_.deallocate(v_);
   backend_.deallocate(s_);
+  backend_.deallocate(seqlens_);
 }
 
 TensorView Decoder::cache_view(void* data, int64_t rows, int64_t cap_rows) const {
@@ -123,11 +140,12 @@ void Decoder::reserve(int64_t tokens) {
   void* nv = contiguous ? backend_.allocate(static_cast<size_t>(b * cap * row)) : nullptr;
   void* ns = backend_.allocate(static_cast<size_t>(b * (cap / chunk) * row));
   for (int64_t i = 0; i < b; ++i) {
-    if (contiguous && length_ > 0) {
+    // Each sequence's own rows: those past its length were never written.
+    if (contiguous && lengths_[i] > 0) {
       backend_.copy(static_cast<char*>(nk) + i * cap * row, static_cast<char*>(k_) + i * capacity_ * row,
-                    static_cast<size_t>(length_ * row), CopyKind::kDeviceToDevice, stream);
+                    static_cast<size_t>(lengths_[i] * row), CopyKind::kDeviceToDevice, stream);
       backend_.copy(static_cast<char*>(nv) + i * cap * row, static_cast<char*>(v_) + i * capacity_ * row,
-                    static_cast<size_t>(length_ * row), CopyKind::kDeviceToDevice, stream);
+                    static_cast<size_t>(lengths_[i] * row), CopyKind::kDeviceToDevice, stream);
     }
     if (summarized_ > 0) {
       backend_.copy(static_cast<char*>(ns) + i * (cap / chunk) * row,
@@ -145,62 +163,102 @@ void Decoder::reserve(int64_t tokens) {
   capacity_ = cap;
 }
 
-void Decoder::append_contiguous(const TensorView& k, const TensorView& v, int64_t steps) {
+void Decoder::append_contiguous(const TensorView& k, const TensorView& v, const std::vector<int64_t>& counts) {
   const int64_t row = config_.h_kv * config_.d * dtype_size(config_.dtype);
   const int64_t es = dtype_size(config_.dtype);
   for (int64_t i = 0; i < config_.batch; ++i) {
-    backend_.copy(static_cast<char*>(k_) + (i * capacity_ + length_) * row,
-                  static_cast<const char*>(k.data) + i * k.stride[0] * es, static_cast<size_t>(steps * row),
+    if (counts[i] == 0) continue;
+    backend_.copy(static_cast<char*>(k_) + (i * capacity_ + lengths_[i]) * row,
+                  static_cast<const char*>(k.data) + i * k.stride[0] * es, static_cast<size_t>(counts[i] * row),
                   CopyKind::kDeviceToDevice, stream);
-    backend_.copy(static_cast<char*>(v_) + (i * capacity_ + length_) * row,
-                  static_cast<const char*>(v.data) + i * v.stride[0] * es, static_cast<size_t>(steps * row),
+    backend_.copy(static_cast<char*>(v_) + (i * capacity_ + lengths_[i]) * row,
+                  static_cast<const char*>(v.data) + i * v.stride[0] * es, static_cast<size_t>(counts[i] * row),
                   CopyKind::kDeviceToDevice, stream);
   }
 }
 
+// Copies a ragged step's per-sequence query counts and key lengths to the device ([2, b] int32: seqlens_q, then
+// seqlens_k) on the decoder's stream. The host source is a member: it must outlive an asynchronous copy.
+void Decoder::upload_seqlens(const std::vector<int64_t>& counts, const std::vector<int64_t>& ends) {
+  const int64_t b = config_.batch;
+  if (seqlens_ == nullptr) seqlens_ = backend_.allocate(static_cast<size_t>(2 * b) * sizeof(int32_t));
+  host_seqlens_.resize(static_cast<size_t>(2 * b));
+  for (int64_t i = 0; i < b; ++i) {
+    host_seqlens_[i] = static_cast<int32_t>(counts[i]);
+    host_seqlens_[b + i] = static_cast<int32_t>(ends[i]);
+  }
+  backend_.copy(seqlens_, host_seqlens_.data(), host_seqlens_.size() * sizeof(int32_t), CopyKind::kHostToDevice,
+                stream);
+}
+
 void Decoder::step(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& o,
-                   const TensorView& lse, const RoutingView& routing) {
+                   const TensorView& lse, const RoutingView& routing, const int32_t* new_tokens) {
   const Device dev{backend_.device_type(), config_.device_index};
   if (!q.defined() || q.rank != 4) throw InvalidArgument("q", "rank 4 [b, t, h_q, d]", q.shape_string());
   const int64_t steps = q.shape[1];
   if (steps < 1) throw InvalidArgument("q.shape[1]", ">= 1 new token", str(steps));
   require_row_dense("k", k, config_.batch, steps, config_.h_kv, config_.d, config_.dtype, dev);
   require_row_dense("v", v, config_.batch, steps, config_.h_kv, config_.d, config_.dtype, dev);
+  const std::vector<int64_t> counts = token_counts(new_tokens, config_.batch, steps);
 
-  if (pages_ && length_ + steps > std::numeric_limits<int>::max()) {
-    // A paged forward takes the key length as BatchLayout::max_seqlen_k, an int.
+  // A step is ragged when its sequences end at different lengths or some rows of q are padding: forward() then
+  // takes per-sequence lengths. A uniform step is the plain padded batch of equal lengths.
+  std::vector<int64_t> ends(counts.size());
+  bool ragged = false;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    ends[i] = lengths_[i] + counts[i];
+    ragged = ragged || counts[i] != steps || lengths_[i] != length_;
+  }
+  // The padded key length: the longest sequence, and at least t so that q's rows fit (n_q <= n_k).
+  const int64_t n_k = std::max(steps, *std::max_element(ends.begin(), ends.end()));
+  if ((pages_ || ragged) && n_k > std::numeric_limits<int>::max()) {
+    // A paged forward takes the key length as BatchLayout::max_seqlen_k, an int; per-sequence lengths are int32.
     throw InvalidArgument("q.shape[1]", "at most " + str(std::numeric_limits<int>::max() - length_) +
-                                            " new tokens (a paged cache holds < 2^31 keys per sequence)", str(steps));
+                                            " new tokens (a paged cache or sequences of different lengths hold "
+                                            "< 2^31 keys per sequence)", str(steps));
   }
 
-  reserve(length_ + steps);
+  reserve(n_k);
   ForwardParams p;
   if (pages_) {
     // Rows of a step that does not commit stay in their pages and are rewritten by the next step: a retry reads
     // the same pages.
-    pages_->reserve(length_ + steps, stream);
-    pages_->append(k, v, length_, steps, stream);
+    pages_->reserve(ends, n_k, stream);
+    pages_->append(k, v, lengths_, counts, stream);
     pages_->upload_table(stream);
-    pages_->describe(&p, length_ + steps);
+    pages_->describe(&p, n_k);
   } else {
-    append_contiguous(k, v, steps);
-    p.k = cache_view(k_, length_ + steps, capacity_);
-    p.v = cache_view(v_, length_ + steps, capacity_);
+    append_contiguous(k, v, counts);
+    p.k = cache_view(k_, n_k, capacity_);
+    p.v = cache_view(v_, n_k, capacity_);
+  }
+  if (ragged) {
+    upload_seqlens(counts, ends);
+    p.batch.seqlens_q = static_cast<const int32_t*>(seqlens_);
+    p.batch.seqlens_k = static_cast<const int32_t*>(seqlens_) + config_.batch;
   }
   p.q = q;
   p.summary_query = summary_query_;
   p.summaries = cache_view(s_, capacity_ / config_.method.chunk_size, capacity_ / config_.method.chunk_size);
+  // The shortest sequence's complete chunks: Stage 0 summarizes each sequence's later complete chunks again,
+  // deterministically, so a longer sequence reads the same summaries it would alone.
   p.summaries_valid = summarized_;
   p.o = o;
   p.lse = lse;
   p.routing = routing;
   p.method = config_.method;
   p.stream = stream;
-  // If forward throws (bad q or o), length_ is not advanced: the appended rows are not committed and the caller
-  // can retry with corrected arguments.
+  // If forward throws (bad q or o), the lengths are not advanced: the appended rows are not committed and the
+  // caller can retry with corrected arguments.
   forward(backend_, p);
-  length_ += steps;
-  summarized_ = num_complete_chunks(length_, config_.method.chunk_size);
+  commit(ends);
+}
+
+void Decoder::commit(const std::vector<int64_t>& ends) {
+  lengths_ = ends;
+  length_ = *std::max_element(ends.begin(), ends.end());
+  const int64_t shortest = *std::min_element(ends.begin(), ends.end());
+  summarized_ = num_complete_chunks(shortest, config_.method.chunk_size);
 }
 
 }  // namespace dashattn

@@ -107,15 +107,20 @@ int32_t KvPagePool::take_page(void* stream) {
   return page;
 }
 
-void KvPagePool::reserve(int64_t tokens, void* stream) {
-  const int64_t need = (tokens + config_.page_size - 1) / config_.page_size;
+void KvPagePool::reserve(const std::vector<int64_t>& tokens, int64_t padded, void* stream) {
+  const int64_t page = config_.page_size;
+  const auto pages_for = [page](int64_t keys) { return (keys + page - 1) / page; };
+  const int64_t longest = *std::max_element(tokens.begin(), tokens.end());
+  const int64_t need = pages_for(std::max(padded, longest));
   if (need > width_) widen_table(std::max(need, 2 * width_), stream);
   // One table column at a time across the batch: a sequence's consecutive pages are not neighbours in the pool
-  // (a paged read that ignored the table would show), and a growth mid-way keeps the order.
+  // (a paged read that ignored the table would show), and a growth mid-way keeps the order. A sequence stops at
+  // the pages its own length needs.
   const int64_t first = *std::min_element(owned_.begin(), owned_.end());
-  for (int64_t column = first; column < need; ++column) {
+  const int64_t last = pages_for(longest);
+  for (int64_t column = first; column < last; ++column) {
     for (int64_t i = 0; i < config_.batch; ++i) {
-      if (owned_[i] != column) continue;
+      if (owned_[i] != column || column >= pages_for(tokens[i])) continue;
       host_table_[i * width_ + column] = take_page(stream);
       ++owned_[i];
       table_dirty_ = true;
@@ -137,10 +142,11 @@ void KvPagePool::copy_rows(void* pool, const TensorView& src, int64_t seq, int64
   }
 }
 
-void KvPagePool::append(const TensorView& k, const TensorView& v, int64_t from, int64_t steps, void* stream) {
+void KvPagePool::append(const TensorView& k, const TensorView& v, const std::vector<int64_t>& from,
+                        const std::vector<int64_t>& counts, void* stream) {
   for (int64_t i = 0; i < config_.batch; ++i) {
-    copy_rows(k_, k, i, from, steps, stream);
-    copy_rows(v_, v, i, from, steps, stream);
+    copy_rows(k_, k, i, from[i], counts[i], stream);
+    copy_rows(v_, v, i, from[i], counts[i], stream);
   }
 }
 
@@ -154,7 +160,7 @@ void KvPagePool::upload_table(void* stream) {
 void KvPagePool::describe(ForwardParams* p, int64_t n_k) const {
   p->k = key_pages();
   p->v = value_pages();
-  // A padded paged batch whose sequences all hold n_k keys: max_seqlen_k is every length, no seqlens_k needed.
+  // A padded paged batch of n_k keys per sequence: max_seqlen_k is every length unless seqlens_k says otherwise.
   p->batch.block_table = static_cast<const int32_t*>(device_table_);
   p->batch.block_table_stride = width_;
   p->batch.max_seqlen_k = static_cast<int>(n_k);

@@ -3,8 +3,8 @@
 // A K pool and a V pool [num_pages, P, h_kv, d] on the backend's device, a free list of pages, and an int32 block
 // table [batch, width]: a host mirror (which decides where appended rows go) and a device copy (which forward()
 // reads). A sequence takes a fresh page when its length crosses a page boundary; pages are handed out one table
-// column at a time across the batch, so a sequence's pages are interleaved with the others'. Pages are never
-// returned: the decoder's sequences only grow.
+// column at a time across the batch, so a sequence's pages are interleaved with the others'; a sequence only
+// takes the pages its own length needs. Pages are never returned: the decoder's sequences only grow.
 #pragma once
 
 #include <cstdint>
@@ -23,14 +23,19 @@ class KvPagePool {
   KvPagePool(const KvPagePool&) = delete;
   KvPagePool& operator=(const KvPagePool&) = delete;
 
-  // Gives every sequence pages for its first `tokens` keys, growing the pools and the table as needed.
-  void reserve(int64_t tokens, void* stream);
-  // Copies the rows of keys [from, from + steps) of every sequence from k and v ([b, steps, h_kv, d], dense
-  // per sequence) into their pages; a sequence's rows may straddle a page boundary. Needs reserve(from + steps).
-  void append(const TensorView& k, const TensorView& v, int64_t from, int64_t steps, void* stream);
+  // Gives sequence i pages for its first tokens[i] keys and makes the table wide enough for a padded batch of
+  // `padded` keys per sequence (forward() reads ceil(padded / page_size) columns whatever a sequence's length),
+  // growing the pools and the table as needed.
+  void reserve(const std::vector<int64_t>& tokens, int64_t padded, void* stream);
+  // Copies the rows of keys [from[i], from[i] + counts[i]) of each sequence i from rows [0, counts[i]) of k and v
+  // ([b, t, h_kv, d], dense per sequence) into its pages; a sequence's rows may straddle a page boundary. Needs
+  // reserve() of from[i] + counts[i] keys.
+  void append(const TensorView& k, const TensorView& v, const std::vector<int64_t>& from,
+              const std::vector<int64_t>& counts, void* stream);
   // Copies the host table to the device if it changed since the last upload.
   void upload_table(void* stream);
-  // Points p's k, v and block table at the pools, for a padded batch of sequences n_k keys long.
+  // Points p's k, v and block table at the pools, for a padded batch of n_k keys per sequence (the caller sets
+  // seqlens_k when the sequences' lengths differ).
   void describe(ForwardParams* p, int64_t n_k) const;
 
   int64_t num_pages() const { return num_pages_; }

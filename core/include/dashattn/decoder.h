@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "dashattn/backend.h"
 
@@ -41,17 +42,28 @@ class Decoder {
   Decoder(const Decoder&) = delete;
   Decoder& operator=(const Decoder&) = delete;
 
-  // Appends t new tokens to every sequence and computes their attention outputs.
+  // Appends up to t new tokens to every sequence and computes their attention outputs.
   // q [b, t, h_q, d], k and v [b, t, h_kv, d], o [b, t, h_q, d]; lse (optional) [b, h_q, t]; routing (optional
-  // outputs) as in ForwardParams for the t new queries.
+  // outputs) as in ForwardParams for the t new queries, over the padded key length n_k of the step (the longest
+  // sequence after it, at least t).
+  // new_tokens (optional, HOST memory, `batch` counts in [0, t]): sequence i appends k[i, 0:new_tokens[i]] and
+  // v[i, 0:new_tokens[i]] at its own length and its queries q[i, 0:new_tokens[i]] are attended at positions
+  // lengths()[i] .. lengths()[i] + new_tokens[i] - 1; its rows past new_tokens[i] are padding (o = 0,
+  // lse = -inf). Null: t for every sequence.
   void step(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& o,
-            const TensorView& lse = {}, const RoutingView& routing = {});
+            const TensorView& lse = {}, const RoutingView& routing = {}, const int32_t* new_tokens = nullptr);
 
+  // The longest sequence's length (every sequence's while no step passed new_tokens).
   int64_t length() const { return length_; }
+  // Each sequence's length.
+  const std::vector<int64_t>& lengths() const { return lengths_; }
   // Tokens per sequence before the caches grow (a paged decoder: before the summary cache grows).
   int64_t capacity() const { return capacity_; }
+  // Complete chunks of the shortest sequence: the summaries trusted for every sequence. A longer sequence's later
+  // complete chunks are summarized again by each step (same bits) until the shortest catches up.
   int64_t summarized_chunks() const { return summarized_; }
-  // Views of the caches ([b, length, h_kv, d] and [b, summarized_chunks, h_kv, d]) on the backend's device.
+  // Views of the caches ([b, length, h_kv, d] and [b, summarized_chunks, h_kv, d]) on the backend's device; rows
+  // of sequence i past lengths()[i] are unspecified.
   // A paged decoder's keys and values are no strided view: keys() / values() throw InvalidArgument there (read
   // key_pages() / value_pages() through block_table()).
   TensorView keys() const;
@@ -72,7 +84,9 @@ class Decoder {
 
  private:
   void reserve(int64_t tokens);
-  void append_contiguous(const TensorView& k, const TensorView& v, int64_t steps);
+  void append_contiguous(const TensorView& k, const TensorView& v, const std::vector<int64_t>& counts);
+  void commit(const std::vector<int64_t>& ends);
+  void upload_seqlens(const std::vector<int64_t>& counts, const std::vector<int64_t>& ends);
   TensorView cache_view(void* data, int64_t rows, int64_t cap_rows) const;
   const detail::KvPagePool& pages(const char* accessor) const;
 
@@ -83,6 +97,10 @@ class Decoder {
   void* v_ = nullptr;
   void* s_ = nullptr;
   std::unique_ptr<detail::KvPagePool> pages_;  // null: contiguous K/V in k_ and v_
+  std::vector<int64_t> lengths_;               // per sequence; length_ is their maximum
+  // A ragged step's seqlens_q and seqlens_k (int32 [2, b]): the device copy forward() reads, its host source.
+  void* seqlens_ = nullptr;
+  std::vector<int32_t> host_seqlens_;
   int64_t length_ = 0, capacity_ = 0, summarized_ = 0;
 };
 
