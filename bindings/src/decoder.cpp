@@ -1,10 +1,14 @@
 // dashattn._core.Decoder: libdashattn's Decoder (owner of the growing K/V and chunk-summary caches, contiguous or
 // paged) for Python.
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/unique_ptr.h>
+#include <nanobind/stl/vector.h>
 
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "arrays.h"
 
@@ -53,7 +57,12 @@ class PyDecoder {
 
   void step(const InArray& q, const InArray& k, const InArray& v, const OutArray& o, const OutArray& lse,
             const OutArray& mask, const OutArray& tau, const OutArray& mu, const OutArray& active,
-            const std::string& layout, uintptr_t stream) {
+            const std::string& layout, uintptr_t stream, const std::optional<std::vector<int32_t>>& new_tokens) {
+    // The counts are a host array of one entry per sequence; their values are checked by Decoder::step.
+    if (new_tokens && new_tokens->size() != decoder_->lengths().size()) {
+      throw InvalidArgument("new_tokens", std::to_string(decoder_->lengths().size()) + " counts (one per sequence)",
+                            std::to_string(new_tokens->size()) + " counts");
+    }
     ViewOptions opt{parse_layout(layout), u16_is_bf16_};
     const TensorView qv = attention_view(q, "q", opt), kv = attention_view(k, "k", opt),
                      vv = attention_view(v, "v", opt), ov = attention_view(o, "o", opt);
@@ -65,7 +74,7 @@ class PyDecoder {
     const TensorView lv = plain_view(lse, "lse");
     nb::gil_scoped_release release;
     decoder_->stream = stream_pointer(stream);
-    decoder_->step(qv, kv, vv, ov, lv, r);
+    decoder_->step(qv, kv, vv, ov, lv, r, new_tokens ? new_tokens->data() : nullptr);
   }
 
   // A view of one cache ([b, rows, h_kv, d], a page pool or the int32 block table); it keeps this decoder alive
@@ -120,8 +129,10 @@ void bind_decoder(nb::module_& m) {
            nb::kw_only(), nb::arg("lse").none() = nb::none(), nb::arg("mask").none() = nb::none(),
            nb::arg("tau").none() = nb::none(), nb::arg("mu").none() = nb::none(),
            nb::arg("active_chunks").none() = nb::none(), "layout"_a = "bnhd", "stream"_a = 0,
-           "Appends t tokens per sequence and writes their attention outputs into o.")
+           nb::arg("new_tokens").none() = nb::none(),
+           "Appends up to t tokens per sequence (new_tokens[i], default t) and writes their attention outputs into o.")
       .def_prop_ro("length", [](const PyDecoder& d) { return d.decoder().length(); })
+      .def_prop_ro("lengths", [](const PyDecoder& d) { return d.decoder().lengths(); })
       .def_prop_ro("capacity", [](const PyDecoder& d) { return d.decoder().capacity(); })
       .def_prop_ro("summarized_chunks", [](const PyDecoder& d) { return d.decoder().summarized_chunks(); })
       .def_prop_ro("backend", [](const PyDecoder& d) { return std::string(d.decoder().backend().name()); })

@@ -26,11 +26,13 @@ def _parse_device(device: Any) -> tuple:
 
 
 class Decoder:
-    """Cached DashAttention decoding for a padded batch of `batch` sequences of equal length.
+    """Cached DashAttention decoding for a padded batch of `batch` sequences.
 
     Each step appends t new tokens per sequence (their keys and values go into the cache), summarizes exactly
     the chunks those keys complete (a summary is computed once and reused), routes the new queries over the
     summaries and attends. Outputs equal the corresponding rows of a prefill forward() over the whole sequence.
+    With step(..., new_tokens=[...]) sequence i appends only its first new_tokens[i] rows (prompts of different
+    lengths, sequences that pause); its later rows are padding. `lengths` gives each sequence's length.
 
     Arrays passed to step() must live on `device` and have the decoder's dtype; outputs are allocated in the
     framework of q. Keys and values of one step must be dense per sequence ([b, t, h_kv, d] with strides
@@ -58,11 +60,17 @@ class Decoder:
 
     @property
     def length(self) -> int:
-        """Tokens per sequence in the cache."""
+        """The longest sequence's length (every sequence's while no step passed new_tokens)."""
         return self._core.length
 
     @property
+    def lengths(self) -> list:
+        """Each sequence's length in the cache."""
+        return list(self._core.lengths)
+
+    @property
     def summarized_chunks(self) -> int:
+        """Complete chunks of the shortest sequence: the summaries trusted for every sequence."""
         return self._core.summarized_chunks
 
     @property
@@ -83,18 +91,24 @@ class Decoder:
         """Pages allocated in each of the K and V pools (0 for contiguous caches)."""
         return self._core.num_pages
 
-    def step(self, q, k, v, *, layout: str = "bnhd", return_lse: bool = False, return_routing: bool = False,
-             out=None, stream=None):
+    def step(self, q, k, v, *, new_tokens=None, layout: str = "bnhd", return_lse: bool = False,
+             return_routing: bool = False, out=None, stream=None):
         """Appends k, v ([b, t, h_kv, d]) and returns the attention output of q ([b, t, h_q, d]).
 
-        Returns o, or a tuple with lse (float32 [b, h_q, t]) and/or a Routing for the t new queries.
+        new_tokens (optional): a list or array of `batch` counts in [0, t]; sequence i appends k[i, :new_tokens[i]]
+        and v[i, :new_tokens[i]] at its own length and attends q[i, :new_tokens[i]]; its rows past the count are
+        padding (o = 0, lse = -inf). None: t for every sequence.
+        Returns o, or a tuple with lse (float32 [b, h_q, t]) and/or a Routing for the t new queries; the mask spans
+        the step's padded key length (the longest sequence after the step, at least t).
         """
         frame = frame_of(q)
         shape = tuple(int(s) for s in q.shape)
         if len(shape) != 4:
             raise InvalidArgumentError(f"invalid argument 'q': expected rank 4, got shape {list(shape)}")
         t = shape[2] if layout == "bhnd" else shape[1]
-        n_k = self.length + t
+        counts = None if new_tokens is None else [int(c) for c in np.asarray(new_tokens).reshape(-1)]
+        ends = [n + (t if counts is None else c) for n, c in zip(self.lengths, counts or [t] * self._batch)]
+        n_k = max([t] + ends)  # the padded key length of the step, as the core library computes it
         geom = _Geometry(False, self._batch, t, n_k, self._h_q, self._h_kv, self._d)
         o_raw = frame.empty(shape, dtype_name(q.dtype)) if out is None else out
         lse_raw = frame.empty(geom.per_row(self._h_q), "f32") if return_lse else None
@@ -110,12 +124,15 @@ class Decoder:
         oc, _ = for_core(o_raw)
         with _torch_device_guard(frame):
             self._core.step(qc, kc, vc, oc, lse=lse_raw, mask=bufs["mask"], tau=bufs["tau"], mu=bufs["mu"],
-                            active_chunks=bufs["active_chunks"], layout=layout, stream=frame.stream(stream))
+                            active_chunks=bufs["active_chunks"], layout=layout, stream=frame.stream(stream),
+                            new_tokens=counts)
         result = [o_raw if out is not None else frame.wrap(o_raw)]
         if return_lse:
             result.append(frame.wrap(lse_raw))
         if return_routing:
-            routing = _make_routing(_StepCall(frame, geom), self.method, bufs)
+            ragged = counts is not None or len(set(ends)) > 1
+            seqlens = (np.array(counts or [t] * self._batch, np.int32), np.array(ends, np.int32)) if ragged else None
+            routing = _make_routing(_StepCall(frame, geom, seqlens), self.method, bufs)
             routing.n_q, routing.n_k = t, n_k
             result.append(routing)
         return result[0] if len(result) == 1 else tuple(result)
@@ -179,10 +196,12 @@ class Decoder:
 
 
 class _StepCall:
-    """The few attributes _make_routing reads, for a decode step (padded batch, no per-sequence lengths)."""
+    """The few attributes _make_routing reads, for a decode step (a padded batch; seqlens: the host seqlens_q and
+    seqlens_k of a step whose sequences differ in length, else None)."""
 
-    def __init__(self, frame, geom):
+    def __init__(self, frame, geom, seqlens=None):
         self.frame, self.geom = frame, geom
         self.varlen = False
         self.max_q = geom.rows_q
-        self.cu_q = self.cu_k = self.seqlens_q = self.seqlens_k = None
+        self.cu_q = self.cu_k = None
+        self.seqlens_q, self.seqlens_k = seqlens if seqlens is not None else (None, None)
