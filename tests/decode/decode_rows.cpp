@@ -1,5 +1,6 @@
 #include "decode/decode_rows.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace dashattn::decode_test {
@@ -13,6 +14,41 @@ ref::HostTensor slice_rows(const ref::HostTensor& t, int64_t begin, int64_t coun
       for (int64_t h = 0; h < v.shape[2]; ++h)
         std::memcpy(out.bytes.data() + out.view.offset(b, i, h, 0) * es,
                     t.bytes.data() + v.offset(b, begin + i, h, 0) * es, static_cast<size_t>(v.shape[3] * es));
+  return out;
+}
+
+ref::ForwardOutputs step_outputs(Backend& be, Decoder& dec, const ref::DeviceTensor& q, const ref::DeviceTensor& k,
+                                 const ref::DeviceTensor& v, int64_t words, const int32_t* new_tokens,
+                                 unsigned char fill) {
+  const int64_t b = q.view.shape[0], t = q.view.shape[1], h_q = q.view.shape[2], d = q.view.shape[3];
+  const int64_t h_kv = k.view.shape[2];
+  ref::ForwardOutputs out;
+  out.out_dtype = q.view.dtype;
+  out.o = ref::make_host_tensor(q.view.dtype, {b, t, h_q, d});
+  out.lse = ref::make_host_tensor(DType::kF32, {b, h_q, t});
+  out.mask = ref::make_host_tensor(DType::kU32, {b, h_kv, t, words});
+  out.tau = ref::make_host_tensor(DType::kF32, {b, h_q, t});
+  out.mu = ref::make_host_tensor(DType::kF32, {b, h_kv, t});
+  out.active = ref::make_host_tensor(DType::kI32, {b, h_kv, t});
+  if (fill != 0) {
+    for (ref::HostTensor* h : {&out.o, &out.lse, &out.mask, &out.tau, &out.mu, &out.active}) {
+      std::fill(h->bytes.begin(), h->bytes.end(), fill);
+    }
+  }
+  ref::DeviceTensor o = ref::upload(be, out.o), lse = ref::upload(be, out.lse), mask = ref::upload(be, out.mask),
+                    tau = ref::upload(be, out.tau), mu = ref::upload(be, out.mu), active = ref::upload(be, out.active);
+  RoutingView routing;
+  routing.mask = mask.view;
+  routing.tau = tau.view;
+  routing.mu = mu.view;
+  routing.active_chunks = active.view;
+  dec.step(q.view, k.view, v.view, o.view, lse.view, routing, new_tokens);
+  ref::download(be, o, out.o);
+  ref::download(be, lse, out.lse);
+  ref::download(be, mask, out.mask);
+  ref::download(be, tau, out.tau);
+  ref::download(be, mu, out.mu);
+  ref::download(be, active, out.active);
   return out;
 }
 

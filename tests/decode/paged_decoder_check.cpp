@@ -49,31 +49,7 @@ bool same_row(const ref::HostTensor& x, int64_t a, int64_t i, const ref::HostTen
 // One step of dec with caller-owned outputs for every result; the outputs on the host.
 ref::ForwardOutputs run_step(Backend& be, Decoder& dec, const PagedDecoderCase& c, const ref::DeviceTensor& q,
                              const ref::DeviceTensor& k, const ref::DeviceTensor& v) {
-  const int64_t b = c.batch, t = q.view.shape[1];
-  const int64_t words = mask_words(dec.length() + t, c.chunk);
-  ref::ForwardOutputs out;
-  out.out_dtype = c.dtype;
-  out.o = ref::make_host_tensor(c.dtype, {b, t, c.h_q, c.d});
-  out.lse = ref::make_host_tensor(DType::kF32, {b, c.h_q, t});
-  out.mask = ref::make_host_tensor(DType::kU32, {b, c.h_kv, t, words});
-  out.tau = ref::make_host_tensor(DType::kF32, {b, c.h_q, t});
-  out.mu = ref::make_host_tensor(DType::kF32, {b, c.h_kv, t});
-  out.active = ref::make_host_tensor(DType::kI32, {b, c.h_kv, t});
-  ref::DeviceTensor o = ref::upload(be, out.o), lse = ref::upload(be, out.lse), mask = ref::upload(be, out.mask),
-                    tau = ref::upload(be, out.tau), mu = ref::upload(be, out.mu), active = ref::upload(be, out.active);
-  RoutingView routing;
-  routing.mask = mask.view;
-  routing.tau = tau.view;
-  routing.mu = mu.view;
-  routing.active_chunks = active.view;
-  dec.step(q.view, k.view, v.view, o.view, lse.view, routing);
-  ref::download(be, o, out.o);
-  ref::download(be, lse, out.lse);
-  ref::download(be, mask, out.mask);
-  ref::download(be, tau, out.tau);
-  ref::download(be, mu, out.mu);
-  ref::download(be, active, out.active);
-  return out;
+  return step_outputs(be, dec, q, k, v, mask_words(dec.length() + q.view.shape[1], c.chunk));
 }
 
 // A step of `paged` that reaches forward() and fails there (no output), with NaN keys and values: it may take

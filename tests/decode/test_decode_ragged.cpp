@@ -77,41 +77,15 @@ ref::HostTensor ragged_rows(const ref::HostTensor& t, const std::vector<int64_t>
   return out;
 }
 
-// One step with caller-owned outputs for every result (filled with a nonzero pattern, so that padding rows the
-// step leaves alone show); the outputs on the host.
-ref::ForwardOutputs run_step(Backend& be, Decoder& dec, DType dtype, int chunk, const ref::HostTensor& q,
-                             const ref::HostTensor& k, const ref::HostTensor& v, const int32_t* new_tokens) {
+// One step with caller-owned outputs for every result, filled with a nonzero pattern so that padding rows the
+// step leaves alone show; the outputs on the host.
+ref::ForwardOutputs run_step(Backend& be, Decoder& dec, int chunk, const ref::HostTensor& q, const ref::HostTensor& k,
+                             const ref::HostTensor& v, const int32_t* new_tokens) {
   const int64_t b = q.view.shape[0], t = q.view.shape[1];
-  int64_t n_k = t;
+  int64_t n_k = t;  // the step's padded key length
   for (int64_t i = 0; i < b; ++i) n_k = std::max(n_k, dec.lengths()[i] + (new_tokens ? new_tokens[i] : t));
-  const int64_t words = mask_words(n_k, chunk);
-  ref::ForwardOutputs out;
-  out.out_dtype = dtype;
-  out.o = ref::make_host_tensor(dtype, {b, t, kHq, kD});
-  out.lse = ref::make_host_tensor(DType::kF32, {b, kHq, t});
-  out.mask = ref::make_host_tensor(DType::kU32, {b, kHkv, t, words});
-  out.tau = ref::make_host_tensor(DType::kF32, {b, kHq, t});
-  out.mu = ref::make_host_tensor(DType::kF32, {b, kHkv, t});
-  out.active = ref::make_host_tensor(DType::kI32, {b, kHkv, t});
-  for (ref::HostTensor* h : {&out.o, &out.lse, &out.mask, &out.tau, &out.mu, &out.active}) {
-    std::fill(h->bytes.begin(), h->bytes.end(), 0x5a);
-  }
-  const ref::DeviceTensor qd = ref::upload(be, q), kd = ref::upload(be, k), vd = ref::upload(be, v);
-  ref::DeviceTensor o = ref::upload(be, out.o), lse = ref::upload(be, out.lse), mask = ref::upload(be, out.mask),
-                    tau = ref::upload(be, out.tau), mu = ref::upload(be, out.mu), active = ref::upload(be, out.active);
-  RoutingView routing;
-  routing.mask = mask.view;
-  routing.tau = tau.view;
-  routing.mu = mu.view;
-  routing.active_chunks = active.view;
-  dec.step(qd.view, kd.view, vd.view, o.view, lse.view, routing, new_tokens);
-  ref::download(be, o, out.o);
-  ref::download(be, lse, out.lse);
-  ref::download(be, mask, out.mask);
-  ref::download(be, tau, out.tau);
-  ref::download(be, mu, out.mu);
-  ref::download(be, active, out.active);
-  return out;
+  return decode_test::step_outputs(be, dec, ref::upload(be, q), ref::upload(be, k), ref::upload(be, v),
+                                   mask_words(n_k, chunk), new_tokens, 0x5a);
 }
 
 }  // namespace
@@ -185,7 +159,7 @@ void check_ragged_against_alone(Backend& be, DType dtype, int chunk, int64_t pag
   for (size_t n = 0; n < schedule.size(); ++n) {
     const Step& s = schedule[n];
     INFO("step " << n << " of t = " << s.t);
-    const ref::ForwardOutputs got = run_step(be, batch, dtype, chunk, ragged_rows(pr.q, lengths, s),
+    const ref::ForwardOutputs got = run_step(be, batch, chunk, ragged_rows(pr.q, lengths, s),
                                              ragged_rows(pr.k, lengths, s), ragged_rows(pr.v, lengths, s),
                                              s.counts.data());
     for (int64_t i = 0; i < b; ++i) {
@@ -194,7 +168,7 @@ void check_ragged_against_alone(Backend& be, DType dtype, int chunk, int64_t pag
       if (s.counts[i] > 0) {
         const int64_t c = s.counts[i];
         want = std::make_unique<ref::ForwardOutputs>(run_step(
-            be, *alone[i], dtype, chunk, sequence_rows(pr.q, i, lengths[i], c), sequence_rows(pr.k, i, lengths[i], c),
+            be, *alone[i], chunk, sequence_rows(pr.q, i, lengths[i], c), sequence_rows(pr.k, i, lengths[i], c),
             sequence_rows(pr.v, i, lengths[i], c), nullptr));
       }
       CHECK(sequence_mismatches(got, i, s.counts[i], want.get()) == 0);
@@ -247,8 +221,8 @@ TEST_CASE("null new_tokens is t for every sequence, and bad counts commit nothin
       const ref::HostTensor q = ragged_rows(pr.q, from, s), k = ragged_rows(pr.k, from, s),
                             v = ragged_rows(pr.v, from, s);
       const bool uniform = s.counts == std::vector<int32_t>(3, static_cast<int32_t>(s.t));
-      const ref::ForwardOutputs a = run_step(be, null_counts, DType::kF32, 32, q, k, v, uniform ? nullptr : s.counts.data());
-      const ref::ForwardOutputs b = run_step(be, full_counts, DType::kF32, 32, q, k, v, s.counts.data());
+      const ref::ForwardOutputs a = run_step(be, null_counts, 32, q, k, v, uniform ? nullptr : s.counts.data());
+      const ref::ForwardOutputs b = run_step(be, full_counts, 32, q, k, v, s.counts.data());
       for (const std::string& diff : ref::byte_differences(a, b)) FAIL_CHECK(diff);
       for (int64_t i = 0; i < 3; ++i) from[i] += s.counts[i];
     }
