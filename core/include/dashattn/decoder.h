@@ -2,7 +2,8 @@
 //
 // It owns, on the backend's device, the K/V cache and the chunk-summary cache of a padded batch of b sequences,
 // grows them geometrically (no cap on chunks other than memory), and on each step appends the new keys and values,
-// summarizes exactly the chunks they complete, routes the new queries and attends. Engines that own their KV
+// summarizes exactly the chunks they complete, routes the new queries and attends. A step may give each sequence
+// its own count of new tokens (step's new_tokens), so the sequences may differ in length. Engines that own their KV
 // cache call forward() with ForwardParams::summaries / summaries_valid instead.
 //
 // The K/V cache is either contiguous ([b, capacity, h_kv, d] per cache) or, with DecoderConfig::page_size > 0, a
