@@ -52,7 +52,8 @@ void summarize(const SummarizeParams& params) {
   std::vector<std::pair<int64_t, int64_t>> items;  // (sequence, chunk)
   for (int64_t s = 0; s < count; ++s) {
     spans[s] = key_span(p.batch, shape.n_k, s);
-    for (int64_t c = p.first_chunk; c < num_complete_chunks(spans[s].n_k, C); ++c) items.emplace_back(s, c);
+    const int64_t first = p.first_chunks != nullptr ? p.first_chunks[s] : p.first_chunk;
+    for (int64_t c = first; c < num_complete_chunks(spans[s].n_k, C); ++c) items.emplace_back(s, c);
   }
 
   const bool has_query = p.summary_query.defined();

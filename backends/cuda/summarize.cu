@@ -26,6 +26,7 @@ struct SummarizeArgs {
   DeviceBatch batch;
   KeyPages pages;  // paged K/V (table null: contiguous)
   int64_t first_chunk;
+  const int32_t* first_chunks;  // per-sequence first chunks, or null
   int chunk;
   int d;
   float inv_sqrt_d;
@@ -38,6 +39,7 @@ __global__ void __launch_bounds__(kThreads) summarize_kernel(SummarizeArgs a, bo
   const int64_t s = blockIdx.z;
   const SequenceSpan sp = device_sequence_span(a.batch, s);
   if (c >= num_complete_chunks(sp.n_k, a.chunk)) return;
+  if (a.first_chunks != nullptr && c < a.first_chunks[s]) return;  // already valid for this sequence
 
   extern __shared__ uint4 smem_keys_raw[];
   T* keys = reinterpret_cast<T*>(smem_keys_raw);
@@ -184,6 +186,7 @@ void launch_summarize(const SummarizeParams& p, cudaStream_t stream) {
   a.batch = device_batch(p.batch, 0, padded_n_k);
   a.pages = key_pages(p.batch, p.k);
   a.first_chunk = p.first_chunk;
+  a.first_chunks = p.first_chunks;
   a.chunk = p.method.chunk_size;
   a.d = static_cast<int>(d);
   a.inv_sqrt_d = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));

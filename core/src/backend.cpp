@@ -74,6 +74,7 @@ void Backend::forward(const ForwardParams& p) {
   sp.summary_query = f.summary_query;
   sp.summaries = f.summaries;
   sp.first_chunk = f.summaries_valid;
+  sp.first_chunks = f.summaries_valid_per_seq;
   sp.batch = f.batch;
   sp.method = f.method;
   sp.stream = f.stream;

@@ -147,9 +147,12 @@ void Decoder::reserve(int64_t tokens) {
       backend_.copy(static_cast<char*>(nv) + i * cap * row, static_cast<char*>(v_) + i * capacity_ * row,
                     static_cast<size_t>(lengths_[i] * row), CopyKind::kDeviceToDevice, stream);
     }
-    if (summarized_ > 0) {
+    // Each sequence's own summaries: a ragged step starts Stage 0 at every sequence's complete chunks, so chunks
+    // past the shortest sequence's must survive the growth too.
+    const int64_t summaries = num_complete_chunks(lengths_[i], chunk);
+    if (summaries > 0) {
       backend_.copy(static_cast<char*>(ns) + i * (cap / chunk) * row,
-                    static_cast<char*>(s_) + i * (capacity_ / chunk) * row, static_cast<size_t>(summarized_ * row),
+                    static_cast<char*>(s_) + i * (capacity_ / chunk) * row, static_cast<size_t>(summaries * row),
                     CopyKind::kDeviceToDevice, stream);
     }
   }
@@ -177,15 +180,18 @@ void Decoder::append_contiguous(const TensorView& k, const TensorView& v, const 
   }
 }
 
-// Copies a ragged step's per-sequence query counts and key lengths to the device ([2, b] int32: seqlens_q, then
-// seqlens_k) on the decoder's stream. The host source is a member: it must outlive an asynchronous copy.
+// Copies a ragged step's per-sequence query counts, key lengths and summarized chunks to the device ([3, b] int32:
+// seqlens_q, seqlens_k, then each sequence's complete chunks before the step, so that Stage 0 summarizes only the
+// chunks the step completes) on the decoder's stream. The host source is a member: it must outlive an asynchronous
+// copy.
 void Decoder::upload_seqlens(const std::vector<int64_t>& counts, const std::vector<int64_t>& ends) {
   const int64_t b = config_.batch;
-  if (seqlens_ == nullptr) seqlens_ = backend_.allocate(static_cast<size_t>(2 * b) * sizeof(int32_t));
-  host_seqlens_.resize(static_cast<size_t>(2 * b));
+  if (seqlens_ == nullptr) seqlens_ = backend_.allocate(static_cast<size_t>(3 * b) * sizeof(int32_t));
+  host_seqlens_.resize(static_cast<size_t>(3 * b));
   for (int64_t i = 0; i < b; ++i) {
     host_seqlens_[i] = static_cast<int32_t>(counts[i]);
     host_seqlens_[b + i] = static_cast<int32_t>(ends[i]);
+    host_seqlens_[2 * b + i] = static_cast<int32_t>(num_complete_chunks(lengths_[i], config_.method.chunk_size));
   }
   backend_.copy(seqlens_, host_seqlens_.data(), host_seqlens_.size() * sizeof(int32_t), CopyKind::kHostToDevice,
                 stream);
@@ -236,12 +242,13 @@ void Decoder::step(const TensorView& q, const TensorView& k, const TensorView& v
     upload_seqlens(counts, ends);
     p.batch.seqlens_q = static_cast<const int32_t*>(seqlens_);
     p.batch.seqlens_k = static_cast<const int32_t*>(seqlens_) + config_.batch;
+    p.summaries_valid_per_seq = static_cast<const int32_t*>(seqlens_) + 2 * config_.batch;
   }
   p.q = q;
   p.summary_query = summary_query_;
   p.summaries = cache_view(s_, capacity_ / config_.method.chunk_size, capacity_ / config_.method.chunk_size);
-  // The shortest sequence's complete chunks: Stage 0 summarizes each sequence's later complete chunks again,
-  // deterministically, so a longer sequence reads the same summaries it would alone.
+  // The shortest sequence's complete chunks; a ragged step also passes each sequence's own (upload_seqlens), so
+  // Stage 0 summarizes only the chunks this step completes.
   p.summaries_valid = summarized_;
   p.o = o;
   p.lse = lse;

@@ -377,6 +377,9 @@ ForwardParams normalize_forward(const ForwardParams& p) {
   if (p.summaries_valid < 0 || p.summaries_valid > s.max_chunks) {
     throw InvalidArgument("summaries_valid", "in [0, " + str(s.max_chunks) + "] (complete chunks)", str(p.summaries_valid));
   }
+  if (p.summaries_valid_per_seq != nullptr && !p.summaries.defined()) {
+    throw InvalidArgument("summaries", "a caller-owned summary cache with summaries_valid_per_seq", "undefined");
+  }
   if (p.summaries_valid > 0 && !p.summaries.defined()) {
     throw InvalidArgument("summaries", "a caller-owned summary cache when summaries_valid > 0", "undefined");
   }
@@ -416,6 +419,14 @@ SummarizeParams normalize_summarize(const SummarizeParams& p) {
   check_summary_query(p.summary_query, s, n.k);
   check_summaries(p.summaries, s, n.k.dtype, n.k.device);
   if (p.first_chunk < 0) throw InvalidArgument("first_chunk", ">= 0", str(p.first_chunk));
+  if (p.first_chunks != nullptr && n.k.device.type == DeviceType::kCpu) {
+    for (int64_t i = 0; i < s.batch; ++i) {
+      if (p.first_chunks[i] < p.first_chunk) {
+        throw InvalidArgument("first_chunks[" + str(i) + "]", ">= first_chunk = " + str(p.first_chunk),
+                              str(p.first_chunks[i]));
+      }
+    }
+  }
   return n;
 }
 

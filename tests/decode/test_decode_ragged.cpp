@@ -34,11 +34,13 @@ struct Step {
 };
 
 // The first step takes every prompt at once (t = the longest); later steps add 0, 1 or 3 tokens to some sequences,
-// one step adds none to any, one pads every sequence (t above every count), and one runs the 1-token prompt across
-// a few chunks while the others wait.
+// one step adds none to any, one pads every sequence (t above every count), one runs the 1-token prompt across a
+// few chunks while the others wait, and the last but one grows the caches while the lengths differ (each
+// sequence's own summaries must survive the growth: Stage 0 starts every sequence at its own complete chunks).
 std::vector<Step> ragged_schedule() {
   return {{130, {70, 1, 130}}, {3, {1, 0, 3}}, {1, {0, 1, 1}}, {3, {3, 3, 0}}, {1, {0, 0, 0}},
-          {4, {1, 0, 2}},      {70, {0, 70, 0}}, {1, {1, 1, 1}}, {3, {3, 0, 3}}};
+          {4, {1, 0, 2}},      {70, {0, 70, 0}}, {1, {1, 1, 1}}, {3, {3, 0, 3}}, {70, {0, 0, 70}},
+          {1, {1, 1, 1}}};
 }
 
 DecoderConfig config_for(int64_t batch, DType dtype, int chunk, int64_t page_size) {
@@ -250,4 +252,49 @@ TEST_CASE("null new_tokens is t for every sequence, and bad counts commit nothin
       CHECK(null_counts.length() == 45);
     }
   }
+}
+
+TEST_CASE("Stage 0 with per-sequence first chunks leaves earlier chunks alone and names a bad entry") {
+  Backend& be = cpu_backend();
+  constexpr int64_t kB = 3, kN = 256, kC = 32, kChunks = kN / kC;
+  std::vector<float> k(static_cast<size_t>(kB * kN * kHkv * kD));
+  for (size_t i = 0; i < k.size(); ++i) k[i] = std::sin(0.37f * static_cast<float>(i));
+  SummarizeParams p;
+  p.k = make_view(k.data(), DType::kF32, {kB, kN, kHkv, kD});
+  p.method.chunk_size = kC;
+  std::vector<float> full(static_cast<size_t>(kB * kChunks * kHkv * kD), 0.0f);
+  p.summaries = make_view(full.data(), DType::kF32, {kB, kChunks, kHkv, kD});
+  summarize(be, p);
+
+  // Sequence i starts at chunk first[i]: the chunks before it keep a sentinel, the rest equal the full run's bits.
+  const std::vector<int32_t> first{1, 5, 8};
+  std::vector<float> part(full.size(), 7.0f);
+  p.summaries = make_view(part.data(), DType::kF32, {kB, kChunks, kHkv, kD});
+  p.first_chunk = 1;
+  p.first_chunks = first.data();
+  summarize(be, p);
+  const size_t chunk_floats = static_cast<size_t>(kHkv * kD);
+  int64_t wrong = 0;
+  for (int64_t s = 0; s < kB; ++s)
+    for (int64_t c = 0; c < kChunks; ++c) {
+      const size_t at = static_cast<size_t>((s * kChunks + c)) * chunk_floats;
+      if (c < first[s]) {
+        wrong += std::any_of(part.begin() + at, part.begin() + at + chunk_floats, [](float x) { return x != 7.0f; });
+      } else {
+        wrong += std::memcmp(&part[at], &full[at], chunk_floats * 4) != 0;
+      }
+    }
+  CHECK(wrong == 0);
+
+  // An entry below first_chunk is named before anything is written.
+  const std::vector<int32_t> bad{1, 0, 8};
+  std::fill(part.begin(), part.end(), 7.0f);
+  p.first_chunks = bad.data();
+  try {
+    summarize(be, p);
+    FAIL("expected InvalidArgument");
+  } catch (const InvalidArgument& e) {
+    CHECK(std::string(e.what()).find("first_chunks[1]") != std::string::npos);
+  }
+  CHECK(std::all_of(part.begin(), part.end(), [](float x) { return x == 7.0f; }));
 }

@@ -60,8 +60,8 @@ class Decoder {
   const std::vector<int64_t>& lengths() const { return lengths_; }
   // Tokens per sequence before the caches grow (a paged decoder: before the summary cache grows).
   int64_t capacity() const { return capacity_; }
-  // Complete chunks of the shortest sequence: the summaries trusted for every sequence. A longer sequence's later
-  // complete chunks are summarized again by each step (same bits) until the shortest catches up.
+  // Complete chunks of the shortest sequence: the summaries valid for every sequence (a ragged step also passes
+  // each sequence's own count, so Stage 0 summarizes only the chunks the step completes).
   int64_t summarized_chunks() const { return summarized_; }
   // Views of the caches ([b, length, h_kv, d] and [b, summarized_chunks, h_kv, d]) on the backend's device; rows
   // of sequence i past lengths()[i] are unspecified.
@@ -99,7 +99,8 @@ class Decoder {
   void* s_ = nullptr;
   std::unique_ptr<detail::KvPagePool> pages_;  // null: contiguous K/V in k_ and v_
   std::vector<int64_t> lengths_;               // per sequence; length_ is their maximum
-  // A ragged step's seqlens_q and seqlens_k (int32 [2, b]): the device copy forward() reads, its host source.
+  // A ragged step's seqlens_q, seqlens_k and summarized chunks per sequence (int32 [3, b]): the device copy
+  // forward() reads, its host source.
   void* seqlens_ = nullptr;
   std::vector<int32_t> host_seqlens_;
   int64_t length_ = 0, capacity_ = 0, summarized_ = 0;

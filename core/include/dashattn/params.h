@@ -67,6 +67,10 @@ struct SummarizeParams {
   TensorView summary_query;  // [h_kv, d], key dtype or f32; undefined means zeros (mean pooling)
   TensorView summaries;      // out: [b, max_chunks, h_kv, d] in the key dtype
   int64_t first_chunk = 0;   // chunks before this one are already valid (decode cache)
+  // Optional per-sequence first chunks ([sequences] int32 in the memory of k, each >= first_chunk): sequence i's
+  // chunks before first_chunks[i] are already valid and are not summarized again (sequences of different lengths
+  // in one decode step).
+  const int32_t* first_chunks = nullptr;
   BatchLayout batch;
   MethodParams method;
   void* stream = nullptr;
@@ -103,6 +107,9 @@ struct ForwardParams {
   // computed (decode). When undefined, summaries live in the workspace.
   TensorView summaries;
   int64_t summaries_valid = 0;
+  // Optional per-sequence counts of valid summaries ([sequences] int32 in the memory of q, each >= summaries_valid):
+  // Stage 0 starts sequence i at summaries_valid_per_seq[i] (SummarizeParams::first_chunks).
+  const int32_t* summaries_valid_per_seq = nullptr;
   TensorView o;              // out
   TensorView lse;            // optional out
   RoutingView routing;       // optional outputs; whatever is undefined lives in the workspace
