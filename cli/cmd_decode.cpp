@@ -81,8 +81,7 @@ int run_decode(const DecodeOptions& opt) {
   if (opt.tokens_per_step < 1) {
     throw InvalidArgument("--tokens-per-step", ">= 1", std::to_string(opt.tokens_per_step));
   }
-  if (opt.page_size < 0 ||
-      (opt.page_size > 0 && (opt.page_size % 64 != 0 || opt.page_size % method.chunk_size != 0))) {
+  if (opt.page_size != 0 && !is_valid_page_size(opt.page_size, method.chunk_size)) {
     throw InvalidArgument("--page-size",
                           "0 (contiguous caches) or a multiple of 64 and of --chunk = " +
                               std::to_string(method.chunk_size),

@@ -31,7 +31,7 @@ void require_row_dense(const std::string& name, const TensorView& t, int64_t b, 
 
 // 0 (contiguous) or a positive multiple of 64 and of the chunk size: the page rule of BatchLayout::block_table.
 void check_page_size(int64_t page_size, int64_t chunk) {
-  if (page_size == 0 || (page_size > 0 && page_size % 64 == 0 && page_size % chunk == 0)) return;
+  if (page_size == 0 || is_valid_page_size(page_size, chunk)) return;
   throw InvalidArgument("page_size",
                         "0 (contiguous caches) or a positive multiple of 64 and of chunk_size = " + str(chunk) +
                             " (a multiple of " + str(std::lcm<int64_t>(64, chunk)) + ")",
@@ -98,23 +98,26 @@ TensorView Decoder::cache_view(void* data, int64_t rows, int64_t cap_rows) const
   return t;
 }
 
-TensorView Decoder::keys() const {
+// keys() / values(): a strided view of a contiguous cache; a paged decoder's rows are reached through its table.
+TensorView Decoder::contiguous_cache(const std::string& name, void* data) const {
   if (pages_) {
-    throw InvalidArgument("keys", "a contiguous decoder (page_size = 0); a paged decoder's keys are key_pages() read "
-                          "through block_table() (or gathered)", "page_size = " + str(config_.page_size));
-  }
-  return cache_view(k_, length_, capacity_);
-}
-TensorView Decoder::values() const {
-  if (pages_) {
-    throw InvalidArgument("values", "a contiguous decoder (page_size = 0); a paged decoder's values are "
-                          "value_pages() read through block_table() (or gathered)",
+    throw InvalidArgument(name, "a contiguous decoder (page_size = 0); a paged decoder's " + name + " are " +
+                                    (name == "keys" ? "key_pages()" : "value_pages()") +
+                                    " read through block_table() (or gathered)",
                           "page_size = " + str(config_.page_size));
   }
-  return cache_view(v_, length_, capacity_);
+  return cache_view(data, length(), capacity_);
 }
+TensorView Decoder::keys() const { return contiguous_cache("keys", k_); }
+TensorView Decoder::values() const { return contiguous_cache("values", v_); }
 TensorView Decoder::summaries() const {
-  return cache_view(s_, summarized_, capacity_ / config_.method.chunk_size);
+  return cache_view(s_, summarized_chunks(), capacity_ / config_.method.chunk_size);
+}
+
+// Derived from the lengths, so that they cannot disagree with them.
+int64_t Decoder::length() const { return *std::max_element(lengths_.begin(), lengths_.end()); }
+int64_t Decoder::summarized_chunks() const {
+  return num_complete_chunks(*std::min_element(lengths_.begin(), lengths_.end()), config_.method.chunk_size);
 }
 
 const detail::KvPagePool& Decoder::pages(const char* accessor) const {
@@ -213,13 +216,13 @@ void Decoder::step(const TensorView& q, const TensorView& k, const TensorView& v
   bool ragged = false;
   for (size_t i = 0; i < counts.size(); ++i) {
     ends[i] = lengths_[i] + counts[i];
-    ragged = ragged || counts[i] != steps || lengths_[i] != length_;
+    ragged = ragged || counts[i] != steps || lengths_[i] != lengths_[0];
   }
   // The padded key length: the longest sequence, and at least t so that q's rows fit (n_q <= n_k).
   const int64_t n_k = std::max(steps, *std::max_element(ends.begin(), ends.end()));
   if ((pages_ || ragged) && n_k > std::numeric_limits<int>::max()) {
     // A paged forward takes the key length as BatchLayout::max_seqlen_k, an int; per-sequence lengths are int32.
-    throw InvalidArgument("q.shape[1]", "at most " + str(std::numeric_limits<int>::max() - length_) +
+    throw InvalidArgument("q.shape[1]", "at most " + str(std::numeric_limits<int>::max() - length()) +
                                             " new tokens (a paged cache or sequences of different lengths hold "
                                             "< 2^31 keys per sequence)", str(steps));
   }
@@ -249,7 +252,7 @@ void Decoder::step(const TensorView& q, const TensorView& k, const TensorView& v
   p.summaries = cache_view(s_, capacity_ / config_.method.chunk_size, capacity_ / config_.method.chunk_size);
   // The shortest sequence's complete chunks; a ragged step also passes each sequence's own (upload_seqlens), so
   // Stage 0 summarizes only the chunks this step completes.
-  p.summaries_valid = summarized_;
+  p.summaries_valid = summarized_chunks();
   p.o = o;
   p.lse = lse;
   p.routing = routing;
@@ -258,14 +261,7 @@ void Decoder::step(const TensorView& q, const TensorView& k, const TensorView& v
   // If forward throws (bad q or o), the lengths are not advanced: the appended rows are not committed and the
   // caller can retry with corrected arguments.
   forward(backend_, p);
-  commit(ends);
-}
-
-void Decoder::commit(const std::vector<int64_t>& ends) {
   lengths_ = ends;
-  length_ = *std::max_element(ends.begin(), ends.end());
-  const int64_t shortest = *std::min_element(ends.begin(), ends.end());
-  summarized_ = num_complete_chunks(shortest, config_.method.chunk_size);
 }
 
 }  // namespace dashattn

@@ -122,7 +122,7 @@ int64_t host_key_length(const BatchLayout& b, int64_t i, int64_t n_k) {
 void check_pages(const BatchLayout& b, const TensorView& k, int64_t chunk, int64_t batch, bool host_visible) {
   const int64_t pages = k.shape[0], page = k.shape[1];
   if (pages < 1) throw InvalidArgument("k.shape[0] (pages of the pool)", ">= 1 with block_table", str(pages));
-  if (page < 1 || page % 64 != 0 || page % chunk != 0) {
+  if (!is_valid_page_size(page, chunk)) {
     throw InvalidArgument("k.shape[1] (page size)",
                           "a positive multiple of 64 and of chunk_size = " + str(chunk) + " with block_table", str(page));
   }

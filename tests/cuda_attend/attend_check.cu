@@ -156,6 +156,7 @@ uint64_t fnv1a(uint64_t h, const void* data, size_t bytes) {
 
 // K and V moved into pools of `page` keys each ([pages, page, h_kv, d], bnhd): every sequence's pages in a shuffled
 // order, a spare NaN page, and the table's unused entries pointing at it, so a wrong page or row shows in o.
+// (Not tests/reference/paged.h: these checks also build with nvcc alone, see run_device.sh, without that library.)
 struct PagedKv {
   HostTensor k, v;
   int32_t* d_table = nullptr;

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "dashattn/backend.h"
@@ -55,14 +56,14 @@ class Decoder {
             const TensorView& lse = {}, const RoutingView& routing = {}, const int32_t* new_tokens = nullptr);
 
   // The longest sequence's length (every sequence's while no step passed new_tokens).
-  int64_t length() const { return length_; }
+  int64_t length() const;
   // Each sequence's length.
   const std::vector<int64_t>& lengths() const { return lengths_; }
   // Tokens per sequence before the caches grow (a paged decoder: before the summary cache grows).
   int64_t capacity() const { return capacity_; }
   // Complete chunks of the shortest sequence: the summaries valid for every sequence (a ragged step also passes
   // each sequence's own count, so Stage 0 summarizes only the chunks the step completes).
-  int64_t summarized_chunks() const { return summarized_; }
+  int64_t summarized_chunks() const;
   // Views of the caches ([b, length, h_kv, d] and [b, summarized_chunks, h_kv, d]) on the backend's device; rows
   // of sequence i past lengths()[i] are unspecified.
   // A paged decoder's keys and values are no strided view: keys() / values() throw InvalidArgument there (read
@@ -86,7 +87,7 @@ class Decoder {
  private:
   void reserve(int64_t tokens);
   void append_contiguous(const TensorView& k, const TensorView& v, const std::vector<int64_t>& counts);
-  void commit(const std::vector<int64_t>& ends);
+  TensorView contiguous_cache(const std::string& name, void* data) const;
   void upload_seqlens(const std::vector<int64_t>& counts, const std::vector<int64_t>& ends);
   TensorView cache_view(void* data, int64_t rows, int64_t cap_rows) const;
   const detail::KvPagePool& pages(const char* accessor) const;
@@ -98,12 +99,12 @@ class Decoder {
   void* v_ = nullptr;
   void* s_ = nullptr;
   std::unique_ptr<detail::KvPagePool> pages_;  // null: contiguous K/V in k_ and v_
-  std::vector<int64_t> lengths_;               // per sequence; length_ is their maximum
+  std::vector<int64_t> lengths_;               // per sequence: length() and summarized_chunks() derive from it
   // A ragged step's seqlens_q, seqlens_k and summarized chunks per sequence (int32 [3, b]): the device copy
   // forward() reads, its host source.
   void* seqlens_ = nullptr;
   std::vector<int32_t> host_seqlens_;
-  int64_t length_ = 0, capacity_ = 0, summarized_ = 0;
+  int64_t capacity_ = 0;
 };
 
 }  // namespace dashattn

@@ -24,6 +24,12 @@ struct KeyRow {
   int64_t row = 0;    // axis 1: key row
 };
 
+// The page rule: a positive multiple of the GPU's 64-key tile and of the chunk size, so that a chunk and a tile
+// never straddle two pages. Validation, the Decoder and the tool's flags all ask this one question.
+DASHATTN_HD bool is_valid_page_size(int64_t page_size, int64_t chunk_size) {
+  return page_size > 0 && page_size % 64 == 0 && chunk_size > 0 && page_size % chunk_size == 0;
+}
+
 DASHATTN_HD KeyRow locate_key(const KeyPages& pages, int64_t seq, int64_t batch_index, int64_t k_begin, int64_t j) {
   if (pages.table == nullptr) return KeyRow{batch_index, k_begin + j};
   const int64_t page = pages.table[seq * pages.stride + j / pages.page_size];
