@@ -142,6 +142,12 @@ void bind_decoder(nb::module_& m) {
       .def("summaries", &cache_of<&Decoder::summaries>)
       .def_prop_ro("page_size", [](const PyDecoder& d) { return d.decoder().page_size(); })
       .def_prop_ro("num_pages", [](const PyDecoder& d) { return d.decoder().num_pages(); })
+      .def_prop_ro("free_pages", [](const PyDecoder& d) { return d.decoder().free_pages(); })
+      // Both run on the stream of the last step (Decoder::stream), after the work queued there.
+      .def("reset", [](PyDecoder& d, int64_t seq) { d.decoder().reset(seq); }, "seq"_a,
+           "Ends sequence seq: its length becomes 0 and a paged decoder's pages return to the pool.")
+      .def("fork", [](PyDecoder& d, int64_t src, int64_t dst) { d.decoder().fork(src, dst); }, "src"_a, "dst"_a,
+           "Makes sequence dst a copy of sequence src (a paged decoder shares src's full pages).")
       .def("key_pages", &cache_of<&Decoder::key_pages>)
       .def("value_pages", &cache_of<&Decoder::value_pages>)
       .def("block_table", &cache_of<&Decoder::block_table>);

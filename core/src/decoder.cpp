@@ -125,6 +125,7 @@ const detail::KvPagePool& Decoder::pages(const char* accessor) const {
   return *pages_;
 }
 int64_t Decoder::num_pages() const { return pages_ ? pages_->num_pages() : 0; }
+int64_t Decoder::free_pages() const { return pages_ ? pages_->free_pages() : 0; }
 TensorView Decoder::key_pages() const { return pages("key_pages").key_pages(); }
 TensorView Decoder::value_pages() const { return pages("value_pages").value_pages(); }
 TensorView Decoder::block_table() const { return pages("block_table").table(); }
@@ -167,6 +168,49 @@ void Decoder::reserve(int64_t tokens) {
   v_ = nv;
   s_ = ns;
   capacity_ = cap;
+}
+
+void Decoder::check_sequence(const char* argument, int64_t seq) const {
+  if (seq < 0 || seq >= config_.batch) {
+    throw InvalidArgument(argument, "a sequence index in [0, " + str(config_.batch) + ")", str(seq));
+  }
+}
+
+// Rows [0, rows) of sequence src copied over sequence dst's in a per-sequence cache of cap_rows rows each.
+void Decoder::copy_sequence_rows(void* cache, int64_t cap_rows, int64_t src, int64_t dst, int64_t rows) {
+  if (rows == 0) return;
+  const int64_t row = config_.h_kv * config_.d * dtype_size(config_.dtype);
+  char* base = static_cast<char*>(cache);
+  backend_.copy(base + dst * cap_rows * row, base + src * cap_rows * row, static_cast<size_t>(rows * row),
+                CopyKind::kDeviceToDevice, stream);
+}
+
+void Decoder::reset(int64_t seq) {
+  check_sequence("seq", seq);
+  if (pages_) {
+    pages_->release(seq);
+    pages_->upload_table(stream);  // block_table() shows the change before the next step
+  }
+  lengths_[seq] = 0;
+}
+
+void Decoder::fork(int64_t src, int64_t dst) {
+  check_sequence("src", src);
+  check_sequence("dst", dst);
+  if (src == dst) return;
+  const int64_t keys = lengths_[src];
+  // dst is empty first, so that if a copy below fails the decoder holds a shorter dst, never a mixed one.
+  reset(dst);
+  if (pages_) {
+    pages_->share_prefix(src, dst, keys, stream);
+    pages_->upload_table(stream);
+  } else {
+    copy_sequence_rows(k_, capacity_, src, dst, keys);
+    copy_sequence_rows(v_, capacity_, src, dst, keys);
+  }
+  const int64_t chunk = config_.method.chunk_size;
+  copy_sequence_rows(s_, capacity_ / chunk, src, dst, num_complete_chunks(keys, chunk));
+  lengths_[dst] = keys;
 }
 
 void Decoder::append_contiguous(const TensorView& k, const TensorView& v, const std::vector<int64_t>& counts) {

@@ -74,6 +74,7 @@ void KvPagePool::grow_pool(int64_t pages, void* stream) {
   k_ = nk;
   v_ = nv;
   for (int64_t page = num_pages_; page < pages; ++page) free_.push_back(static_cast<int32_t>(page));
+  holders_.resize(static_cast<size_t>(pages), 0);
   num_pages_ = pages;
 }
 
@@ -104,7 +105,43 @@ int32_t KvPagePool::take_page(void* stream) {
   if (free_.empty()) grow_pool(std::max<int64_t>(2 * num_pages_, num_pages_ + 1), stream);
   const int32_t page = free_.front();
   free_.pop_front();
+  holders_[page] = 1;
   return page;
+}
+
+void KvPagePool::release(int64_t seq) {
+  for (int64_t column = 0; column < owned_[seq]; ++column) {
+    int32_t& entry = host_table_[seq * width_ + column];
+    if (--holders_[entry] == 0) free_.push_back(entry);
+    entry = 0;  // unused entries stay inside the pool
+  }
+  owned_[seq] = 0;
+  table_dirty_ = true;
+}
+
+void KvPagePool::share_prefix(int64_t src, int64_t dst, int64_t keys, void* stream) {
+  const int64_t page = config_.page_size;
+  const int64_t full = keys / page, partial = keys % page;
+  for (int64_t column = 0; column < full; ++column) {
+    const int32_t shared = host_table_[src * width_ + column];
+    ++holders_[shared];
+    host_table_[dst * width_ + column] = shared;
+  }
+  owned_[dst] = full;
+  if (partial > 0) {
+    // The source keeps appending into its last page, so the fork's copy is its own.
+    const int32_t from = host_table_[src * width_ + full];
+    const int32_t to = take_page(stream);  // may grow the pools: page indices stay valid
+    host_table_[dst * width_ + full] = to;
+    owned_[dst] = full + 1;
+    const size_t bytes = static_cast<size_t>(partial * row_bytes_);
+    for (void* pool : {k_, v_}) {
+      char* base = static_cast<char*>(pool);
+      backend_.copy(base + to * page * row_bytes_, base + from * page * row_bytes_, bytes, CopyKind::kDeviceToDevice,
+                    stream);
+    }
+  }
+  table_dirty_ = true;
 }
 
 void KvPagePool::reserve(const std::vector<int64_t>& tokens, int64_t padded, void* stream) {

@@ -4,7 +4,9 @@
 // table [batch, width]: a host mirror (which decides where appended rows go) and a device copy (which forward()
 // reads). A sequence takes a fresh page when its length crosses a page boundary; pages are handed out one table
 // column at a time across the batch, so a sequence's pages are interleaved with the others'; a sequence only
-// takes the pages its own length needs. Pages are never returned: the decoder's sequences only grow.
+// takes the pages its own length needs. Sequences may share pages (a fork shares its source's full pages): each
+// page counts its holders and returns to the free list when the last one releases it. A shared page is never
+// written again, since appends only write a sequence's partly filled last page, which a fork copies.
 #pragma once
 
 #include <cstdint>
@@ -32,6 +34,12 @@ class KvPagePool {
   // reserve() of from[i] + counts[i] keys.
   void append(const TensorView& k, const TensorView& v, const std::vector<int64_t>& from,
               const std::vector<int64_t>& counts, void* stream);
+  // Returns sequence i's pages (its table row's leading entries) to the pool: each page goes back to the free list
+  // once no sequence holds it. The sequence then holds none.
+  void release(int64_t seq);
+  // Gives sequence dst, which holds no pages, the first `keys` keys of sequence src: the pages those keys fill are
+  // shared (no copy), and a partly filled last page is copied into a fresh page of dst's own.
+  void share_prefix(int64_t src, int64_t dst, int64_t keys, void* stream);
   // Copies the host table to the device if it changed since the last upload.
   void upload_table(void* stream);
   // Points p's k, v and block table at the pools, for a padded batch of n_k keys per sequence (the caller sets
@@ -39,6 +47,8 @@ class KvPagePool {
   void describe(ForwardParams* p, int64_t n_k) const;
 
   int64_t num_pages() const { return num_pages_; }
+  // Pages on the free list (held by no sequence).
+  int64_t free_pages() const { return static_cast<int64_t>(free_.size()); }
   TensorView key_pages() const { return pool_view(k_); }
   TensorView value_pages() const { return pool_view(v_); }
   TensorView table() const;
@@ -56,8 +66,9 @@ class KvPagePool {
   int64_t num_pages_ = 0;
   void* k_ = nullptr;
   void* v_ = nullptr;
-  std::deque<int32_t> free_;           // pages no sequence owns, lowest first
-  std::vector<int64_t> owned_;         // pages each sequence owns (its table row's leading entries)
+  std::deque<int32_t> free_;           // pages no sequence holds
+  std::vector<int32_t> holders_;       // per page: the sequences whose table row lists it
+  std::vector<int64_t> owned_;         // pages each sequence holds (its table row's leading entries)
   int64_t width_ = 0;                  // table columns
   std::vector<int32_t> host_table_;    // [batch, width]
   void* device_table_ = nullptr;

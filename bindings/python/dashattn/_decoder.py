@@ -42,6 +42,10 @@ class Decoder:
     [num_pages, page_size, h_kv, d] (key_pages(), value_pages()) and an int32 block table [batch, width]
     (block_table()); key j of sequence i is row j % page_size of page block_table[i, j // page_size]. The outputs
     are bit for bit those of a contiguous decoder.
+
+    Continuous batching: reset(i) ends sequence i so that a later step with new_tokens starts a new prompt in its
+    slot, and fork(src, dst) makes sequence dst a copy of sequence src (parallel sampling, beam search); a paged
+    decoder shares src's full pages with dst instead of copying them, and reuses freed pages before it grows.
     """
 
     def __init__(self, batch: int, h_q: int, h_kv: int, d: int, *, dtype: Any = "bf16", device: Any = "cpu",
@@ -90,6 +94,23 @@ class Decoder:
     def num_pages(self) -> int:
         """Pages allocated in each of the K and V pools (0 for contiguous caches)."""
         return self._core.num_pages
+
+    @property
+    def free_pages(self) -> int:
+        """Pages of a paged decoder that no sequence holds (reused before the pools grow); 0 for contiguous caches."""
+        return self._core.free_pages
+
+    def reset(self, seq: int) -> None:
+        """Ends sequence `seq`: its length becomes 0, and a later step(..., new_tokens=...) starts a new prompt in its
+        slot while the other sequences go on. A paged decoder returns the sequence's pages to its pool (pages that a
+        fork shares stay with it). Runs on the stream of the last step."""
+        self._core.reset(int(seq))
+
+    def fork(self, src: int, dst: int) -> None:
+        """Makes sequence `dst` a copy of sequence `src` (its keys, values and summaries; dst's own are dropped), so
+        that both continue from src's tokens: the same tokens then give the same outputs. A paged decoder shares
+        src's full pages and copies only a partly filled last page. Runs on the stream of the last step."""
+        self._core.fork(int(src), int(dst))
 
     def step(self, q, k, v, *, new_tokens=None, layout: str = "bnhd", return_lse: bool = False,
              return_routing: bool = False, out=None, stream=None):

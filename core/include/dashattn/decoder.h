@@ -9,6 +9,10 @@
 // The K/V cache is either contiguous ([b, capacity, h_kv, d] per cache) or, with DecoderConfig::page_size > 0, a
 // K and a V page pool [num_pages, page_size, h_kv, d] with an int32 block table [b, width] (the paged layout of
 // BatchLayout::block_table). The summary cache is contiguous either way.
+//
+// Continuous batching: reset() ends a sequence so that its slot takes a new prompt in a later step (a ragged step
+// with new_tokens), and fork() makes a sequence a copy of another's prefix (parallel sampling, beam search); a
+// paged decoder shares the prefix's full pages instead of copying them.
 #pragma once
 
 #include <cstdint>
@@ -55,6 +59,16 @@ class Decoder {
   void step(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& o,
             const TensorView& lse = {}, const RoutingView& routing = {}, const int32_t* new_tokens = nullptr);
 
+  // Ends sequence `seq`: its length becomes 0, so that a later step (with new_tokens) starts a new prompt in its
+  // slot; the other sequences are untouched. A paged decoder returns the sequence's pages to its pool (a page that
+  // a fork shares stays with the other holders). The caches keep their capacity.
+  void reset(int64_t seq);
+  // Makes sequence `dst` a copy of sequence `src`: its keys, values and summaries, and so its outputs in later steps
+  // fed the same tokens; dst's own contents are dropped first (reset). A paged decoder shares src's full pages with
+  // dst and copies only a partly filled last page; a contiguous decoder copies the rows. fork(i, i) changes
+  // nothing. The copies run on `stream`, like a step's.
+  void fork(int64_t src, int64_t dst);
+
   // The longest sequence's length (every sequence's while no step passed new_tokens).
   int64_t length() const;
   // Each sequence's length.
@@ -73,11 +87,13 @@ class Decoder {
   TensorView summaries() const;
 
   // Paged mode (page_size > 0). The pools [num_pages, page_size, h_kv, d] and the block table (int32 [b, width]
-  // on the backend's device, as of the last step; entries past a sequence's pages are never read). Key j of
-  // sequence i is row j % page_size of page block_table[i, j / page_size]. On a contiguous decoder num_pages() is
-  // 0 and the three views throw InvalidArgument.
+  // on the backend's device, as of the last step, reset or fork; entries past a sequence's pages are never read).
+  // Key j of sequence i is row j % page_size of page block_table[i, j / page_size]. On a contiguous decoder
+  // num_pages() is 0 and the three views throw InvalidArgument.
   int64_t page_size() const { return config_.page_size; }
   int64_t num_pages() const;
+  // Pages that no sequence holds (reused before the pools grow again); 0 on a contiguous decoder.
+  int64_t free_pages() const;
   TensorView key_pages() const;
   TensorView value_pages() const;
   TensorView block_table() const;
@@ -86,6 +102,8 @@ class Decoder {
 
  private:
   void reserve(int64_t tokens);
+  void check_sequence(const char* argument, int64_t seq) const;
+  void copy_sequence_rows(void* cache, int64_t cap_rows, int64_t src, int64_t dst, int64_t rows);
   void append_contiguous(const TensorView& k, const TensorView& v, const std::vector<int64_t>& counts);
   TensorView contiguous_cache(const std::string& name, void* data) const;
   void upload_seqlens(const std::vector<int64_t>& counts, const std::vector<int64_t>& ends);
