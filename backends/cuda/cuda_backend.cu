@@ -9,6 +9,7 @@
 #include <string>
 
 #include "attend_launch.cuh"
+#include "copy_regions.cuh"
 #include "cuda_internal.cuh"
 #include "dashattn/backend.h"
 #include "dashattn/error.h"
@@ -256,6 +257,16 @@ class CudaBackend final : public Backend {
   }
 
   void synchronize(void* stream) override { DASHATTN_CUDA_CHECK(cudaStreamSynchronize(as_stream(stream))); }
+
+  // One launch for all regions, on the device that holds the first destination (the regions of one call, a
+  // Decoder's cache rows, lie on one device).
+  void copy_regions(const CopyRegion* regions, size_t count, void* stream) override {
+    if (count == 0) return;
+    cudaPointerAttributes attr{};
+    DASHATTN_CUDA_CHECK(cudaPointerGetAttributes(&attr, regions[0].dst));
+    DeviceGuard guard(attr.type == cudaMemoryTypeDevice ? attr.device : 0);
+    launch_copy_regions(regions, count, as_stream(stream));
+  }
 
  protected:
   size_t attend_scratch_bytes(const ProblemShape& s) const override { return attend_workspace_bytes(s); }

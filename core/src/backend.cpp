@@ -16,6 +16,12 @@ size_t align_up(size_t bytes) { return (bytes + kScratchAlign - 1) / kScratchAli
 
 }  // namespace
 
+void Backend::copy_regions(const CopyRegion* regions, size_t count, void* stream) {
+  for (size_t i = 0; i < count; ++i) {
+    copy(regions[i].dst, regions[i].src, regions[i].bytes, CopyKind::kDeviceToDevice, stream);
+  }
+}
+
 size_t Backend::attend_scratch_bytes(const ProblemShape&) const { return 0; }
 
 void Backend::attend_with_scratch(const AttendParams& p, const ProblemShape&, void*, size_t) { attend(p); }

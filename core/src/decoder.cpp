@@ -89,6 +89,7 @@ Decoder::~Decoder() {
   backend_.deallocate(v_);
   backend_.deallocate(s_);
   backend_.deallocate(seqlens_);
+  backend_.deallocate(workspace_);
 }
 
 TensorView Decoder::cache_view(void* data, int64_t rows, int64_t cap_rows) const {
@@ -170,6 +171,19 @@ void Decoder::reserve(int64_t tokens) {
   capacity_ = cap;
 }
 
+void Decoder::reserve_workspace(size_t bytes) {
+  if (bytes <= workspace_bytes_) return;
+  // A step in flight may still use the old workspace. Growth is geometric, so this wait happens a few times in a
+  // decoder's life, not per step.
+  const size_t grown = std::max(bytes, 2 * workspace_bytes_);
+  backend_.synchronize(stream);
+  backend_.deallocate(workspace_);
+  workspace_ = nullptr;  // an allocation that throws leaves the decoder without one, to be retried next step
+  workspace_bytes_ = 0;
+  workspace_ = backend_.allocate(grown);
+  workspace_bytes_ = grown;
+}
+
 void Decoder::check_sequence(const char* argument, int64_t seq) const {
   if (seq < 0 || seq >= config_.batch) {
     throw InvalidArgument(argument, "a sequence index in [0, " + str(config_.batch) + ")", str(seq));
@@ -213,18 +227,22 @@ void Decoder::fork(int64_t src, int64_t dst) {
   lengths_[dst] = keys;
 }
 
+// Each sequence's new rows of k and v after its own length: two regions per sequence, copied in one call (one
+// copy call per region cost a b = 24 decode step more than its kernels; bench/gpu/decoder_step.cu).
 void Decoder::append_contiguous(const TensorView& k, const TensorView& v, const std::vector<int64_t>& counts) {
   const int64_t row = config_.h_kv * config_.d * dtype_size(config_.dtype);
   const int64_t es = dtype_size(config_.dtype);
+  std::vector<CopyRegion> regions;
+  regions.reserve(static_cast<size_t>(2 * config_.batch));
   for (int64_t i = 0; i < config_.batch; ++i) {
     if (counts[i] == 0) continue;
-    backend_.copy(static_cast<char*>(k_) + (i * capacity_ + lengths_[i]) * row,
-                  static_cast<const char*>(k.data) + i * k.stride[0] * es, static_cast<size_t>(counts[i] * row),
-                  CopyKind::kDeviceToDevice, stream);
-    backend_.copy(static_cast<char*>(v_) + (i * capacity_ + lengths_[i]) * row,
-                  static_cast<const char*>(v.data) + i * v.stride[0] * es, static_cast<size_t>(counts[i] * row),
-                  CopyKind::kDeviceToDevice, stream);
+    const size_t bytes = static_cast<size_t>(counts[i] * row);
+    regions.push_back({static_cast<char*>(k_) + (i * capacity_ + lengths_[i]) * row,
+                       static_cast<const char*>(k.data) + i * k.stride[0] * es, bytes});
+    regions.push_back({static_cast<char*>(v_) + (i * capacity_ + lengths_[i]) * row,
+                       static_cast<const char*>(v.data) + i * v.stride[0] * es, bytes});
   }
+  backend_.copy_regions(regions.data(), regions.size(), stream);
 }
 
 // Copies a ragged step's per-sequence query counts, key lengths and summarized chunks to the device ([3, b] int32:
@@ -302,6 +320,11 @@ void Decoder::step(const TensorView& q, const TensorView& k, const TensorView& v
   p.routing = routing;
   p.method = config_.method;
   p.stream = stream;
+  // The step runs on the decoder's own workspace (workspace_size() also validates the arguments, before anything
+  // is launched).
+  reserve_workspace(workspace_size(backend_, p));
+  p.workspace = workspace_;
+  p.workspace_bytes = workspace_bytes_;
   // If forward throws (bad q or o), the lengths are not advanced: the appended rows are not committed and the
   // caller can retry with corrected arguments.
   forward(backend_, p);

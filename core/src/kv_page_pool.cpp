@@ -165,26 +165,29 @@ void KvPagePool::reserve(const std::vector<int64_t>& tokens, int64_t padded, voi
   }
 }
 
-void KvPagePool::copy_rows(void* pool, const TensorView& src, int64_t seq, int64_t from, int64_t steps,
-                           void* stream) {
+void KvPagePool::add_row_regions(void* pool, const TensorView& src, int64_t seq, int64_t from, int64_t steps,
+                                 std::vector<CopyRegion>* regions) const {
   const KeyPages pages{host_table_.data(), width_, config_.page_size};
   const char* rows = static_cast<const char*>(src.data) + seq * src.stride[0] * dtype_size(src.dtype);
   for (int64_t j = from; j < from + steps;) {
     const KeyRow at = locate_key(pages, seq, 0, 0, j);
     const int64_t count = std::min(from + steps - j, config_.page_size - at.row);  // rows left in this page
-    backend_.copy(static_cast<char*>(pool) + (at.index * config_.page_size + at.row) * row_bytes_,
-                  rows + (j - from) * row_bytes_, static_cast<size_t>(count * row_bytes_),
-                  CopyKind::kDeviceToDevice, stream);
+    regions->push_back({static_cast<char*>(pool) + (at.index * config_.page_size + at.row) * row_bytes_,
+                        rows + (j - from) * row_bytes_, static_cast<size_t>(count * row_bytes_)});
     j += count;
   }
 }
 
 void KvPagePool::append(const TensorView& k, const TensorView& v, const std::vector<int64_t>& from,
                         const std::vector<int64_t>& counts, void* stream) {
+  // Every run of rows within one page is a region, and all of them go in one call.
+  std::vector<CopyRegion> regions;
+  regions.reserve(static_cast<size_t>(2 * config_.batch));
   for (int64_t i = 0; i < config_.batch; ++i) {
-    copy_rows(k_, k, i, from[i], counts[i], stream);
-    copy_rows(v_, v, i, from[i], counts[i], stream);
+    add_row_regions(k_, k, i, from[i], counts[i], &regions);
+    add_row_regions(v_, v, i, from[i], counts[i], &regions);
   }
+  backend_.copy_regions(regions.data(), regions.size(), stream);
 }
 
 void KvPagePool::upload_table(void* stream) {

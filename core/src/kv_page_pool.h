@@ -58,7 +58,9 @@ class KvPagePool {
   int32_t take_page(void* stream);
   void grow_pool(int64_t pages, void* stream);
   void widen_table(int64_t width, void* stream);
-  void copy_rows(void* pool, const TensorView& src, int64_t seq, int64_t from, int64_t steps, void* stream);
+  // The regions that copy rows [0, steps) of sequence seq of src to its keys [from, from + steps) in `pool`.
+  void add_row_regions(void* pool, const TensorView& src, int64_t seq, int64_t from, int64_t steps,
+                       std::vector<CopyRegion>* regions) const;
 
   Backend& backend_;
   DecoderConfig config_;

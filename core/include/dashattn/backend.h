@@ -24,6 +24,13 @@ struct Probe {
 
 enum class CopyKind { kHostToDevice, kDeviceToHost, kDeviceToDevice };
 
+// One region of a batched device-to-device copy (Backend::copy_regions).
+struct CopyRegion {
+  void* dst = nullptr;
+  const void* src = nullptr;
+  size_t bytes = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -57,6 +64,10 @@ class Backend {
   virtual void copy(void* dst, const void* src, size_t bytes, CopyKind kind, void* stream) = 0;
   virtual void memset_zero(void* dst, size_t bytes, void* stream) = 0;
   virtual void synchronize(void* stream) = 0;
+  // Device-to-device copies of many small regions that do not overlap (a decode step's new keys and values into
+  // their cache rows or pages: two per sequence, or per page run). The default calls copy() once per region; a GPU
+  // backend copies them in one launch, where one copy call per region cost more than the step's kernels.
+  virtual void copy_regions(const CopyRegion* regions, size_t count, void* stream);
 
  protected:
   // Scratch Stage 2 may use inside forward() (a GPU backend's split-KV partials), so that the whole forward runs

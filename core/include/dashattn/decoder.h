@@ -102,6 +102,7 @@ class Decoder {
 
  private:
   void reserve(int64_t tokens);
+  void reserve_workspace(size_t bytes);
   void check_sequence(const char* argument, int64_t seq) const;
   void copy_sequence_rows(void* cache, int64_t cap_rows, int64_t src, int64_t dst, int64_t rows);
   void append_contiguous(const TensorView& k, const TensorView& v, const std::vector<int64_t>& counts);
@@ -122,6 +123,10 @@ class Decoder {
   // forward() reads, its host source.
   void* seqlens_ = nullptr;
   std::vector<int32_t> host_seqlens_;
+  // forward()'s workspace, kept across steps and grown geometrically: without it every step allocated its
+  // workspace and freed it again, which waits for the step to finish (a host synchronization per step).
+  void* workspace_ = nullptr;
+  size_t workspace_bytes_ = 0;
   int64_t capacity_ = 0;
 };
 
