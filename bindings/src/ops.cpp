@@ -27,11 +27,34 @@ RoutingView routing_inputs(const InArray& mask, const InArray& tau, const InArra
   return r;
 }
 
+// forward() lays its workspace out at 256-byte offsets from the base: the base is aligned as cudaMalloc aligns.
+constexpr size_t kWorkspaceAlignment = 256;
+
+// The 256-byte aligned start of an allocator's array of at least need + 255 bytes on `device`, and its usable size.
+void* aligned_workspace(const nb::object& array, size_t need, const Device& device, size_t* bytes) {
+  const OutArray a = nb::cast<OutArray>(array);
+  const Device got = device_of(a.device_type(), a.device_id(), "workspace");
+  if (got != device) {
+    throw InvalidArgument("workspace.device", std::string(device_type_name(device.type)) + " (q's device)",
+                          device_type_name(got.type));
+  }
+  const size_t size = a.nbytes();
+  if (size < need + kWorkspaceAlignment - 1) {
+    throw InvalidArgument("workspace", ">= " + std::to_string(need + kWorkspaceAlignment - 1) + " bytes",
+                          std::to_string(size) + " bytes");
+  }
+  const uintptr_t base = reinterpret_cast<uintptr_t>(a.data());
+  const uintptr_t aligned = (base + kWorkspaceAlignment - 1) / kWorkspaceAlignment * kWorkspaceAlignment;
+  *bytes = size - (aligned - base);
+  return reinterpret_cast<void*>(aligned);
+}
+
 std::string run_forward(const InArray& q, const InArray& k, const InArray& v, const OutArray& o,
                         const InArray& summary_query, const OutArray& lse, const OutArray& mask, const OutArray& tau,
                         const OutArray& mu, const OutArray& active, const OutArray& summaries,
                         int64_t summaries_valid, const PyBatch& batch, const MethodParams& method,
-                        const std::string& layout, const std::string& backend, uintptr_t stream, bool u16_is_bf16) {
+                        const std::string& layout, const std::string& backend, uintptr_t stream, bool u16_is_bf16,
+                        const nb::object& workspace_alloc) {
   ViewOptions opt{parse_layout(layout), u16_is_bf16};
   ViewOptions plain{Layout::kBnhd, u16_is_bf16};
   ForwardParams p;
@@ -49,6 +72,17 @@ std::string run_forward(const InArray& q, const InArray& k, const InArray& v, co
   p.method = method;
   p.stream = stream_pointer(stream);
   Backend& be = pick_backend(backend, p.q.device);
+  // The workspace comes from the caller's framework when it offers an allocator (torch's caching allocator hands
+  // it out and takes it back in stream order); without one, forward() allocates it and, before freeing it, waits
+  // for the call to finish: a host synchronization per call.
+  nb::object workspace;
+  if (!workspace_alloc.is_none()) {
+    const size_t need = dashattn::workspace_size(be, p);
+    if (need > 0) {
+      workspace = workspace_alloc(need + kWorkspaceAlignment - 1);
+      p.workspace = aligned_workspace(workspace, need, p.q.device, &p.workspace_bytes);
+    }
+  }
   nb::gil_scoped_release release;
   dashattn::forward(be, p);
   return be.name();
@@ -179,7 +213,9 @@ void bind_ops(nb::module_& m) {
         none_ok("summary_query"), none_ok("lse"), none_ok("mask"), none_ok("tau"), none_ok("mu"),
         none_ok("active_chunks"), none_ok("summaries"), "summaries_valid"_a = 0, "batch"_a, "method"_a,
         "layout"_a = "bnhd", "backend"_a = "auto", "stream"_a = 0, "u16_is_bf16"_a = false,
-        "Stage 0 + 1 + 2 into caller-allocated outputs; returns the name of the backend that ran.");
+        none_ok("workspace_alloc"),
+        "Stage 0 + 1 + 2 into caller-allocated outputs; returns the name of the backend that ran. workspace_alloc: "
+        "a callable returning a byte array of the given size on q's device (else the call allocates its own).");
   m.def("summarize", &run_summarize, "k"_a.noconvert(), "summaries"_a.noconvert(), nb::kw_only(),
         none_ok("summary_query"),
         "first_chunk"_a = 0, "batch"_a, "method"_a, "layout"_a = "bnhd", "backend"_a = "auto", "stream"_a = 0,

@@ -301,7 +301,17 @@ def _run_forward(call: _Call, m, q, k, v, o, summary_query, lse, bufs, summaries
         return _core.forward(qc, kc, vc, oc, summary_query=sqc, lse=lse, mask=bufs["mask"], tau=bufs["tau"],
                              mu=bufs["mu"], active_chunks=bufs["active_chunks"], summaries=sc,
                              summaries_valid=summaries_valid, batch=call.batch, method=m, layout=call.layout,
-                             backend=backend, stream=call.stream(), u16_is_bf16=bf or bf_sq)
+                             backend=backend, stream=call.stream(), u16_is_bf16=bf or bf_sq,
+                             workspace_alloc=_workspace_allocator(call.frame))
+
+
+def _workspace_allocator(frame):
+    """forward()'s workspace from the caller's framework: torch's caching allocator (or NumPy) hands out the bytes
+    and takes them back in stream order, so a call neither allocates device memory nor waits for its kernels before
+    it returns. Other frameworks (None): the library allocates the workspace and frees it after the call's kernels."""
+    if frame.kind in ("torch", "numpy"):
+        return lambda nbytes: frame.empty((nbytes,), "u8")
+    return None
 
 
 def summarize(k, summary_query=None, *, cu_seqlens_k=None, max_seqlen_k=None, seqlens_k=None, block_table=None,
