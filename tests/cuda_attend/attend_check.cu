@@ -59,6 +59,12 @@ struct Case {
   double keep = 0.3;
   bool dense = false;
   bool chunk_masks = false;  // all queries of a chunk share the routing draw (the locality real routing has)
+  // > 0: no random draw; every token routes every chunk except a run of gap_run chunks out of each 16, at 4 .. for
+  // the first four tokens of each 8-token row block (one warpgroup's rows at g = 16) and at 10 .. for the last
+  // four. The tokens share most tiles (the warpgroup tiling), and each warpgroup attends none of gap_run union
+  // tiles in a row, which the other warpgroup attends: a consumer that held a stage while it waited for a tile
+  // in that stage's next round hung there.
+  int gap_run = 0;
   int warps = 0;   // 0: the planner's choice
   int splits = 0;  // 0: the planner's choice
   int stages = 0;  // K/V ring depth of the wide tilings (3 or 4), 0: the launcher's choice
@@ -267,6 +273,10 @@ Outcome run_case(const Case& c, uint64_t seed) {
       for (int r = 0; r < c.h_kv; ++r) {
         if (same_chunk_as_previous) {
           for (int64_t w = 0; w < words; ++w) mask_word(s, r, i, w) = mask_word(s, r, i - 1, w);
+        } else if (c.gap_run > 0) {
+          const int64_t gap = i % 8 < 4 ? 4 : 10;
+          for (int64_t ch = 0; ch < ci; ++ch)
+            if (ch % 16 < gap || ch % 16 >= gap + c.gap_run) mask_word(s, r, i, ch / 32) |= 1u << (ch % 32);
         } else {
           for (int64_t ch = 0; ch < ci; ++ch)
             if (rng.uniform() < c.keep) mask_word(s, r, i, ch / 32) |= 1u << (ch % 32);
@@ -535,6 +545,11 @@ std::vector<Case> conformance_cases() {
   { Case c = base; c.name = "wgmma padded warpgroups"; c.warps = 8; c.chunk_masks = true; c.keep = 0.6; c.n_q = {150, 195}; c.n_k = {406, 300}; c.lengths = true; add(c); }
   // The wgmma tiling on a ring of 3 stages (the launcher's choice where 4 do not fit), and unions of one tile.
   { Case c = base; c.name = "wgmma 3 stages chunk masks raw"; c.warps = 8; c.stages = 3; c.chunk_masks = true; c.prior = PriorMode::kRaw; c.n_q = {400}; c.n_k = {400}; add(c); }
+  // Runs of union tiles that one warpgroup does not attend (the ring's depth and longer): Stage 2 used to hang.
+  { Case c = base; c.name = "wgmma warpgroup gaps of 3 raw"; c.warps = 8; c.gap_run = 3; c.prior = PriorMode::kRaw; c.n_q = {200}; c.n_k = {1500}; add(c); }
+  { Case c = base; c.name = "wgmma warpgroup gaps of 4 est"; c.warps = 8; c.gap_run = 4; c.prior = PriorMode::kEstimateDiagonal; c.n_q = {130, 64}; c.n_k = {2000, 700}; c.varlen = true; add(c); }
+  { Case c = base; c.name = "wgmma 3 stages warpgroup gaps of 2"; c.warps = 8; c.stages = 3; c.gap_run = 2; c.prior = PriorMode::kRaw; c.n_q = {200}; c.n_k = {1500}; add(c); }
+  { Case c = base; c.name = "persistent 2 CTAs warpgroup gaps of 3"; c.warps = 8; c.persistent = 2; c.gap_run = 3; c.prior = PriorMode::kRaw; c.n_q = {300}; c.n_k = {1400}; add(c); }
   { Case c = base; c.name = "wgmma one tile per union"; c.warps = 8; c.chunk_masks = true; c.prior = PriorMode::kRaw; c.n_q = {64, 50}; c.n_k = {64, 50}; c.varlen = true; add(c); }
   // The persistent kernel with a few CTAs, so that each walks many items (both union buffers, the ring's phases
   // running on across items, items on the warpgroup and the per-warp paths, with and without a table, tables in
