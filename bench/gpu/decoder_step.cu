@@ -1,7 +1,7 @@
 // What a decode loop pays per step through the convenience Decoder, against forward() on the same caches: the
 // library's own cost beyond the kernels (argument checks, the appends of the new keys and values, table and
 // length uploads, workspace handling).
-//   dashattn_decoder_step [--batch 24] [--context 32768] [--steps 200] [--pages 0,256]
+//   dashattn_decoder_step [--batch 24] [--context 32768] [--steps 200] [--pages 0,256] [--capacity T]
 // For each page size (0: contiguous caches) a Decoder (h_q = 32, h_kv = 2, d = 128, C = 64, bf16) is filled to
 // `context` tokens per sequence by chunked prefill steps, then timed over `steps` one-token steps run back to back
 // (as a serving loop runs them: one synchronization at the end): the host's wall clock per step, and the GPU time
@@ -102,6 +102,7 @@ int main(int argc, char** argv) {
   const Options opt = parse(argc, argv);
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   const auto start = std::chrono::steady_clock::now();
+  const bool trace = std::getenv("DECODER_STEP_TRACE") != nullptr;  // every filling step to stderr
   const auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
   Backend* be = Registry::instance().find("cuda");
   if (!be || !be->probe().available) {
@@ -142,14 +143,17 @@ int main(int argc, char** argv) {
     cfg.d = kD;
     cfg.dtype = DType::kBF16;
     cfg.method.chunk_size = kChunk;
-    cfg.initial_capacity = opt.capacity > 0 ? opt.capacity : opt.context + 4 * opt.steps + 64;  // no growth while timing
+    // By default no growth while timing.
+    cfg.initial_capacity = opt.capacity > 0 ? opt.capacity : opt.context + 4 * opt.steps + 64;
     cfg.page_size = page;
     Decoder dec(*be, cfg);
     dec.stream = stream;
     for (int64_t filled = 0; filled < opt.context; filled += kPrefill) {
       const int64_t t = opt.context - filled < kPrefill ? opt.context - filled : kPrefill;
       CK(cudaStreamSynchronize(stream));  // the last step has read the fill buffers (the fills run on stream 0)
-      if (std::getenv("DECODER_STEP_TRACE") != nullptr || filled % (8 * kPrefill) == 0) std::fprintf(stderr, "%.1f s: prefill at %lld\n", seconds(), (long long)filled);
+      if (trace || filled % (8 * kPrefill) == 0) {
+        std::fprintf(stderr, "%.1f s: prefill at %lld\n", seconds(), (long long)filled);
+      }
       bench_device::fill(q_fill.ptr, b * t * kHq * kD, 100 + filled, 16.0f);
       bench_device::fill(k_fill.ptr, b * t * kHkv * kD, 200 + filled, 1.0f);
       bench_device::fill(v_fill.ptr, b * t * kHkv * kD, 300 + filled, 1.0f);
@@ -160,7 +164,8 @@ int main(int argc, char** argv) {
                make_view(o_fill.ptr, DType::kBF16, {b, t, kHq, kD}, dev));
     }
     CK(cudaStreamSynchronize(stream));
-    std::fprintf(stderr, "%.1f s: page %lld: filled to %lld tokens\n", seconds(), (long long)page, (long long)dec.length());
+    std::fprintf(stderr, "%.1f s: page %lld: filled to %lld tokens\n", seconds(), (long long)page,
+                 (long long)dec.length());
     const Timing step = time_loop(opt.steps, stream, [&] { dec.step(q1v, k1v, v1v, o1v); });
     std::fprintf(stderr, "%.1f s: page %lld: Decoder::step timed\n", seconds(), (long long)page);
 

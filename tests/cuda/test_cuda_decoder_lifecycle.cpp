@@ -1,6 +1,7 @@
-// Decoder::reset and Decoder::fork on the CUDA backend: the twin-decoder check of tests/decode/test_decode_lifecycle.cpp
-// on a GPU (a reset slot's new prompt, a fork and its source, a reset source whose freed pages are reused), every
-// step's outputs bit for bit those of a decoder that reached the same state without reset or fork.
+// Decoder::reset and Decoder::fork on the CUDA backend: the twin-decoder check of
+// tests/decode/test_decode_lifecycle.cpp on a GPU (a reset slot's new prompt, a fork and its source, a reset source
+// whose freed pages are reused), every step's outputs bit for bit those of a decoder that reached the same state
+// without reset or fork.
 #include <doctest/doctest.h>
 
 #include "cuda_test_support.h"

@@ -102,7 +102,8 @@ class Twins {
       REQUIRE(f.from + f.count <= kSourceRows);
       for (int64_t r = 0; r < f.count; ++r) {
         std::memcpy(out.bytes.data() + out.view.offset(i, r, 0, 0) * es,
-                    src.bytes.data() + src.view.offset(f.source, f.from + r, 0, 0) * es, static_cast<size_t>(h * d * es));
+                    src.bytes.data() + src.view.offset(f.source, f.from + r, 0, 0) * es,
+                    static_cast<size_t>(h * d * es));
       }
     }
     return ref::upload(be_, out);
