@@ -199,12 +199,15 @@ void Decoder::copy_sequence_rows(void* cache, int64_t cap_rows, int64_t src, int
                 CopyKind::kDeviceToDevice, stream);
 }
 
+// A paged decoder's table goes to the device at once, so that block_table() shows the change before the next step.
 void Decoder::reset(int64_t seq) {
   check_sequence("seq", seq);
-  if (pages_) {
-    pages_->release(seq);
-    pages_->upload_table(stream);  // block_table() shows the change before the next step
-  }
+  empty_sequence(seq);
+  if (pages_) pages_->upload_table(stream);
+}
+
+void Decoder::empty_sequence(int64_t seq) {
+  if (pages_) pages_->release(seq);
   lengths_[seq] = 0;
 }
 
@@ -214,10 +217,10 @@ void Decoder::fork(int64_t src, int64_t dst) {
   if (src == dst) return;
   const int64_t keys = lengths_[src];
   // dst is empty first, so that if a copy below fails the decoder holds a shorter dst, never a mixed one.
-  reset(dst);
+  empty_sequence(dst);
   if (pages_) {
     pages_->share_prefix(src, dst, keys, stream);
-    pages_->upload_table(stream);
+    pages_->upload_table(stream);  // one upload for the release and the shared prefix
   } else {
     copy_sequence_rows(k_, capacity_, src, dst, keys);
     copy_sequence_rows(v_, capacity_, src, dst, keys);

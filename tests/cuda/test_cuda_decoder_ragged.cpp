@@ -71,15 +71,7 @@ TEST_CASE("cuda ragged decoder: each sequence's rows match a prefill within the 
       const ref::CheckReport rep = ref::check_forward(pr, method, prefill.out);
       CHECK_MESSAGE(rep.pass(), rep.summary());
 
-      DecoderConfig dc;
-      dc.batch = b;
-      dc.h_q = h_q;
-      dc.h_kv = h_kv;
-      dc.d = d;
-      dc.dtype = DType::kBF16;
-      dc.method = method;
-      dc.initial_capacity = 64;
-      dc.page_size = page;
+      const DecoderConfig dc = decode_test::decoder_config(b, h_q, h_kv, d, DType::kBF16, chunk, page, 64);
       const DeviceTensor summary_query = to_device(pr.summary_query.view);
       Decoder dec(cuda_backend(), dc, summary_query.view);
 

@@ -5,6 +5,35 @@
 
 namespace dashattn::decode_test {
 
+ref::ProblemSpec sparse_problem_spec(int64_t b, int64_t n, int64_t h_q, int64_t h_kv, int64_t d, DType dtype,
+                                     uint64_t seed) {
+  ref::ProblemSpec spec;
+  spec.batch = b;
+  spec.n_q = spec.n_k = n;
+  spec.h_q = h_q;
+  spec.h_kv = h_kv;
+  spec.d = d;
+  spec.dtype = dtype;
+  spec.q_std = 3.0;
+  spec.seed = seed;
+  return spec;
+}
+
+DecoderConfig decoder_config(int64_t batch, int64_t h_q, int64_t h_kv, int64_t d, DType dtype, int chunk,
+                             int64_t page_size, int64_t initial_capacity) {
+  DecoderConfig c;
+  c.batch = batch;
+  c.h_q = h_q;
+  c.h_kv = h_kv;
+  c.d = d;
+  c.dtype = dtype;
+  c.method.chunk_size = chunk;
+  c.method.gamma = 4.0f;
+  c.page_size = page_size;
+  c.initial_capacity = initial_capacity;
+  return c;
+}
+
 ref::HostTensor slice_rows(const ref::HostTensor& t, int64_t begin, int64_t count) {
   const TensorView& v = t.view;
   ref::HostTensor out = ref::make_host_tensor(v.dtype, {v.shape[0], count, v.shape[2], v.shape[3]});

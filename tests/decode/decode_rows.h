@@ -10,6 +10,16 @@
 
 namespace dashattn::decode_test {
 
+// The decode tests' problem: b sequences of n tokens, with queries scaled so that routing scores spread over several
+// units (sparse routing).
+ref::ProblemSpec sparse_problem_spec(int64_t b, int64_t n, int64_t h_q, int64_t h_kv, int64_t d, DType dtype,
+                                     uint64_t seed);
+
+// The decode tests' decoder: chunk size `chunk`, gamma = 4 (with the queries above, a few chunks per row carry
+// weight), the given page size (0: contiguous) and initial capacity.
+DecoderConfig decoder_config(int64_t batch, int64_t h_q, int64_t h_kv, int64_t d, DType dtype, int chunk,
+                             int64_t page_size, int64_t initial_capacity);
+
 // Rows [begin, begin + count) of a padded [b, n, h, d] host tensor as a contiguous [b, count, h, d] tensor.
 ref::HostTensor slice_rows(const ref::HostTensor& t, int64_t begin, int64_t count);
 

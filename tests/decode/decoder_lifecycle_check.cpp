@@ -31,27 +31,10 @@ int64_t pages_for(int64_t keys, int64_t page) { return (keys + page - 1) / page;
 class Twins {
  public:
   Twins(Backend& be, const LifecycleCase& c, uint64_t seed) : be_(be), c_(c) {
-    ref::ProblemSpec spec;
-    spec.batch = kSources;
-    spec.n_q = spec.n_k = kSourceRows;
-    spec.h_q = c.h_q;
-    spec.h_kv = c.h_kv;
-    spec.d = c.d;
-    spec.dtype = c.dtype;
-    spec.q_std = 3.0;  // scores spread over several units: sparse routing
-    spec.seed = seed;
-    pr_ = ref::make_problem(spec);
+    pr_ = ref::make_problem(sparse_problem_spec(kSources, kSourceRows, c.h_q, c.h_kv, c.d, c.dtype, seed));
     summary_query_ = ref::upload(be, pr_.summary_query);
-    DecoderConfig config;
-    config.batch = kBatch;
-    config.h_q = c.h_q;
-    config.h_kv = c.h_kv;
-    config.d = c.d;
-    config.dtype = c.dtype;
-    config.method.chunk_size = c.chunk;
-    config.method.gamma = 4.0f;
-    config.initial_capacity = c.initial_capacity;
-    config.page_size = c.page_size;
+    const DecoderConfig config =
+        decoder_config(kBatch, c.h_q, c.h_kv, c.d, c.dtype, c.chunk, c.page_size, c.initial_capacity);
     a_ = std::make_unique<Decoder>(be, config, summary_query_.view);
     b_ = std::make_unique<Decoder>(be, config, summary_query_.view);
   }

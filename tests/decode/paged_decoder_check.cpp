@@ -112,27 +112,10 @@ std::vector<int64_t> step_schedule(int64_t total) {
 void check_paged_against_contiguous(Backend& be, const PagedDecoderCase& c, uint64_t seed) {
   int64_t total = 0;
   for (int64_t t : c.steps) total += t;
-  ref::ProblemSpec spec;
-  spec.batch = c.batch;
-  spec.n_q = spec.n_k = total;
-  spec.h_q = c.h_q;
-  spec.h_kv = c.h_kv;
-  spec.d = c.d;
-  spec.dtype = c.dtype;
-  spec.q_std = 3.0;  // scores spread over several units: sparse routing
-  spec.seed = seed;
-  const ref::Problem pr = ref::make_problem(spec);
+  const ref::Problem pr = ref::make_problem(sparse_problem_spec(c.batch, total, c.h_q, c.h_kv, c.d, c.dtype, seed));
   const ref::DeviceTensor summary_query = ref::upload(be, pr.summary_query);
 
-  DecoderConfig config;
-  config.batch = c.batch;
-  config.h_q = c.h_q;
-  config.h_kv = c.h_kv;
-  config.d = c.d;
-  config.dtype = c.dtype;
-  config.method.chunk_size = c.chunk;
-  config.method.gamma = 4.0f;
-  config.initial_capacity = c.initial_capacity;
+  DecoderConfig config = decoder_config(c.batch, c.h_q, c.h_kv, c.d, c.dtype, c.chunk, 0, c.initial_capacity);
   Decoder contiguous(be, config, summary_query.view);
   config.page_size = c.page_size;
   Decoder paged(be, config, summary_query.view);

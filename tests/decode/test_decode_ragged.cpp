@@ -44,17 +44,8 @@ std::vector<Step> ragged_schedule() {
 }
 
 DecoderConfig config_for(int64_t batch, DType dtype, int chunk, int64_t page_size) {
-  DecoderConfig c;
-  c.batch = batch;
-  c.h_q = kHq;
-  c.h_kv = kHkv;
-  c.d = kD;
-  c.dtype = dtype;
-  c.method.chunk_size = chunk;
-  c.method.gamma = 4.0f;
-  c.initial_capacity = 64;  // small: the caches grow during the run
-  c.page_size = page_size;
-  return c;
+  // A small initial capacity: the caches grow during the run.
+  return decode_test::decoder_config(batch, kHq, kHkv, kD, dtype, chunk, page_size, 64);
 }
 
 // Rows [begin, begin + count) of sequence `seq` of a padded [b, n, h, d] tensor, as a [1, count, h, d] tensor.
@@ -140,16 +131,8 @@ void check_ragged_against_alone(Backend& be, DType dtype, int chunk, int64_t pag
   std::vector<int64_t> totals(static_cast<size_t>(b), 0);
   for (const Step& s : schedule)
     for (int64_t i = 0; i < b; ++i) totals[i] += s.counts[i];
-  ref::ProblemSpec spec;
-  spec.batch = b;
-  spec.n_q = spec.n_k = *std::max_element(totals.begin(), totals.end());
-  spec.h_q = kHq;
-  spec.h_kv = kHkv;
-  spec.d = kD;
-  spec.dtype = dtype;
-  spec.q_std = 3.0;  // scores spread over several units: sparse routing
-  spec.seed = seed;
-  const ref::Problem pr = ref::make_problem(spec);
+  const ref::Problem pr = ref::make_problem(decode_test::sparse_problem_spec(
+      b, *std::max_element(totals.begin(), totals.end()), kHq, kHkv, kD, dtype, seed));
   const ref::DeviceTensor summary_query = ref::upload(be, pr.summary_query);
 
   Decoder batch(be, config_for(b, dtype, chunk, page_size), summary_query.view);

@@ -43,6 +43,17 @@ requires_cuda = pytest.mark.skipif(not cuda_available(),
                                    reason="no CUDA device, or dashattn built without the CUDA backend")
 
 
+def raw_bits(x):
+    """x as a NumPy array of its raw bits, for bitwise comparisons: torch tensors of any device and dtype (16-bit
+    floats and uint32 viewed as integers of their size), NumPy arrays as they are."""
+    if isinstance(x, np.ndarray):
+        return x
+    import torch
+
+    same_size = {torch.bfloat16: torch.int16, torch.float16: torch.int16, torch.uint32: torch.int32}
+    return x.view(same_size.get(x.dtype, x.dtype)).cpu().numpy()
+
+
 @pytest.fixture
 def rng():
     return np.random.default_rng(1234)

@@ -6,20 +6,11 @@ import numpy as np
 import pytest
 
 import dashattn
-from conftest import requires_cuda
+from conftest import raw_bits, requires_cuda
 
 import reference as R
 
 METHOD = dict(chunk_size=16, gamma=4.0, sigma=5.0)
-
-
-def _bits(x):
-    if isinstance(x, np.ndarray):
-        return x
-    import torch
-
-    same_size = {torch.bfloat16: torch.int16, torch.float16: torch.int16, torch.uint32: torch.int32}
-    return x.view(same_size.get(x.dtype, x.dtype)).cpu().numpy()
 
 
 class _Twins:
@@ -44,7 +35,7 @@ class _Twins:
                 rows[i, :c] = x[s, start:start + c]
             inputs.append(rows)
         o, lse, r = dec.step(*inputs, new_tokens=[c for _, _, c in feeds], return_lse=True, return_routing=True)
-        return [_bits(x) for x in (o, lse, r.mask, r.tau, r.mu, r.active_chunks)]
+        return [raw_bits(x) for x in (o, lse, r.mask, r.tau, r.mu, r.active_chunks)]
 
     def step_both(self, feeds):
         got, want = self.step(self.a, feeds), self.step(self.b, feeds)
@@ -72,7 +63,7 @@ def _scenario(tw, page):
     assert a.lengths == b.lengths == [91, 40, 91]
     if page:
         assert a.free_pages == free + -(-21 // page) - (1 if 91 % page else 0)
-        table = np.asarray(_bits(a.block_table()))
+        table = np.asarray(raw_bits(a.block_table()))
         full = 91 // page
         np.testing.assert_array_equal(table[2, :full], table[0, :full])
     same = tw.step_both([(0, 91, 2), (3, 40, 1), (0, 91, 2)])  # the same tokens into source and fork

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import dashattn
-from conftest import requires_cuda, requires_torch
+from conftest import raw_bits, requires_cuda, requires_torch
 
 import reference as R
 
@@ -23,16 +23,6 @@ def _steps(total):
     return steps
 
 
-def _bits(x):
-    """x as a NumPy array of its raw bits (torch tensors of any device and dtype, NumPy arrays as they are)."""
-    if isinstance(x, np.ndarray):
-        return x
-    import torch
-
-    same_size = {torch.bfloat16: torch.int16, torch.float16: torch.int16, torch.uint32: torch.int32}
-    return x.view(same_size.get(x.dtype, x.dtype)).cpu().numpy()
-
-
 def _pair(b, h_q, h_kv, d, page, chunk, **kw):
     common = dict(chunk_size=chunk, initial_capacity=16, **METHOD, **kw)
     return (dashattn.Decoder(b, h_q, h_kv, d, page_size=page, **common),
@@ -47,9 +37,9 @@ def _run(paged, contiguous, q, k, v, steps):
         got = paged.step(q[:, sl], k[:, sl], v[:, sl], return_lse=True, return_routing=True)
         want = contiguous.step(q[:, sl], k[:, sl], v[:, sl], return_lse=True, return_routing=True)
         for a, b in zip(got[:2], want[:2]):
-            np.testing.assert_array_equal(_bits(a), _bits(b))
+            np.testing.assert_array_equal(raw_bits(a), raw_bits(b))
         for name in ("mask", "tau", "mu", "active_chunks"):
-            np.testing.assert_array_equal(_bits(getattr(got[2], name)), _bits(getattr(want[2], name)))
+            np.testing.assert_array_equal(raw_bits(getattr(got[2], name)), raw_bits(getattr(want[2], name)))
         pos += t
     assert paged.length == contiguous.length == start + pos
 
@@ -65,14 +55,14 @@ def test_paged_decoder_equals_contiguous(rng, page, chunk, h_q):
     first_pages = paged.num_pages
     _run(paged, contiguous, q, k, v, steps)
 
-    np.testing.assert_array_equal(_bits(paged.keys()), k)
-    np.testing.assert_array_equal(_bits(paged.values()), v)
-    np.testing.assert_array_equal(_bits(paged.summaries()), _bits(contiguous.summaries()))
+    np.testing.assert_array_equal(raw_bits(paged.keys()), k)
+    np.testing.assert_array_equal(raw_bits(paged.values()), v)
+    np.testing.assert_array_equal(raw_bits(paged.summaries()), raw_bits(contiguous.summaries()))
     assert paged.num_pages >= 4 * first_pages  # grew at least twice from one page per sequence
 
     # Key j of sequence i is row j % P of page table[i, j // P]; no page is owned twice, and the pages of a
     # sequence are not neighbours in the pool.
-    table, pool = _bits(paged.block_table()), _bits(paged.key_pages())
+    table, pool = raw_bits(paged.block_table()), raw_bits(paged.key_pages())
     used = -(-total // page)
     assert table.dtype == np.int32 and table.shape[0] == 3 and table.shape[1] >= used
     assert pool.shape == (paged.num_pages, page, 2, 64)
@@ -92,7 +82,7 @@ def test_failed_step_commits_nothing_and_a_retry_gives_the_same_result(rng):
         paged.step(q[:, 63:66], nan, nan, out=np.empty((2, 2, 4, 64), np.float32))
     assert paged.length == 63
     _run(paged, contiguous, q[:, 63:], k[:, 63:], v[:, 63:], [3, 4])
-    np.testing.assert_array_equal(_bits(paged.keys()), k)
+    np.testing.assert_array_equal(raw_bits(paged.keys()), k)
 
 
 def test_page_accessors_and_errors(rng):
@@ -111,7 +101,7 @@ def test_page_accessors_and_errors(rng):
     with pytest.raises(dashattn.InvalidArgumentError, match="copy.*value_pages"):
         dec.values(copy=False)
     view, copy = dec.key_pages(copy=False), dec.key_pages()
-    np.testing.assert_array_equal(_bits(view), _bits(copy))
+    np.testing.assert_array_equal(raw_bits(view), raw_bits(copy))
     assert np.asarray(dec.block_table(copy=False)).shape == np.asarray(dec.block_table()).shape
 
     contiguous = dashattn.Decoder(1, 2, 1, 64, dtype="f32", chunk_size=32)

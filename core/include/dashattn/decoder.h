@@ -104,6 +104,7 @@ class Decoder {
   void reserve(int64_t tokens);
   void reserve_workspace(size_t bytes);
   void check_sequence(const char* argument, int64_t seq) const;
+  void empty_sequence(int64_t seq);  // reset() without the table upload
   void copy_sequence_rows(void* cache, int64_t cap_rows, int64_t src, int64_t dst, int64_t rows);
   void append_contiguous(const TensorView& k, const TensorView& v, const std::vector<int64_t>& counts);
   TensorView contiguous_cache(const std::string& name, void* data) const;
