@@ -541,9 +541,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       // bookkeeping drew about a quarter of the loop's warp samples in Nsight Compute). Tiles the warpgroup does not
       // attend are waited for and released at once (one arrival per lane and phase, as the producer expects).
       const int wg_bit = 1 << (warp / 4);
-      // The next tile this warpgroup attends, among the tiles before `limit`.
-      auto acquire = [&](Tile& t, int limit) {
-        while (next_it < limit) {
+      auto acquire = [&](Tile& t) {
+        while (next_it < plan.n_iter) {
           t.it = next_it++;
           const uint32_t pos = ring_pos + uint32_t(t.it);
           t.stage = int(pos % kStages);
@@ -595,13 +594,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       };
       // The per-tile bias (no table): x = Q k̄^T on mma.sync while the S of the same tile is in flight.
       Tile cur, nxt;
-      bool have_cur = acquire(cur, plan.n_iter);
-      if (have_cur && tid == 0) {
-        phase_mark(PhaseKernel::kAttend, 6);
-        item_clock.lap(3);
-      }
-      // Each pass of the outer loop starts a run of tiles at cur, with no stage held.
-      while (have_cur) {
+      if (acquire(cur)) {
+        if (tid == 0) {
+          phase_mark(PhaseKernel::kAttend, 6);
+          item_clock.lap(3);
+        }
         float s[8][4] = {};
         uint32_t pa[4][4];
         float corr_a, corr_b;
@@ -613,16 +610,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
         // (The last P V is issued on its own path: an S issued under a condition would reach the softmax through
         // a merge of register values, which makes ptxas serialize every wgmma.)
         while (true) {
-          // nxt is looked for only among the kStages - 1 tiles after cur: the next one sits in cur's stage, whose
-          // refill waits for cur's release, which comes after nxt is found, so the walk would never return (a
-          // warpgroup that attends none of the kStages - 1 tiles after one it attends: per-token masks that still
-          // share most tiles, as a chunked prefill's do, hung here). Past that window cur is finished first; the
-          // walk then goes on holding no stage and starts the next run.
-          if (!acquire(nxt, ::min(plan.n_iter, cur.it + kStages))) {
+          if (!acquire(nxt)) {
             issue_pv(cur, pa);
             wgmma::wait<0>();
             release_stage(cur.stage);
-            have_cur = acquire(cur, plan.n_iter);
             break;
           }
           issue_s(nxt, s);

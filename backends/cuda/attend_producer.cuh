@@ -244,6 +244,17 @@ __device__ __forceinline__ void attend_tile_records(const AttendArgs& a, const S
     own = token_routing(a, sp, kv_head, first_token + lane);
     own_wg = token_warpgroups<Cfg>(first_token + lane, row0, a.group);
   }
+  // Tiles since each consumer warpgroup last had one to attend (warp-uniform). A warpgroup holds the stage of the
+  // last tile it attends while it waits for the next, and the tile kStages after it needs that stage refilled: had
+  // it none to attend among the kStages - 1 tiles after one, it would wait there for its own release. So the
+  // (kStages - 1)-th tile in a row that a warpgroup would skip is marked for it all the same. Its tokens' keys in
+  // that tile are 0, so every logit of its rows is -inf and the tile changes nothing (P = 0, the row maxima stay):
+  // outputs are bitwise those of a walk without the mark, at the price of one tile's MMAs per such gap. Such gaps
+  // arise with per-token masks that still share most of their tiles (a chunked prefill's: the kernel hung there).
+  constexpr int kGroups = Cfg::kWarps / 4;
+  int skipped[kGroups];
+#pragma unroll
+  for (int w = 0; w < kGroups; ++w) skipped[w] = 0;
   // One walk, instantiated twice: blocks of at most 32 tokens (g >= 4 at 128 rows: the benchmark's and most models'
   // groups), where every token has a lane, without the wider blocks' token slots. With the slots' routing state and
   // inlined token_routing in the same loop, the walk spilled ~11 values per tile at the producer warpgroup's 56
@@ -271,6 +282,15 @@ __device__ __forceinline__ void attend_tile_records(const AttendArgs& a, const S
         }
       }
       need = __reduce_or_sync(0xffffffffu, need);
+#pragma unroll
+      for (int w = 0; w < kGroups; ++w) {
+        if (need & (1u << w)) {
+          skipped[w] = 0;
+        } else if (++skipped[w] == kStages - 1) {
+          need |= 1u << w;
+          skipped[w] = 0;
+        }
+      }
       if (lane == 0) {
         *reinterpret_cast<int64_t*>(meta) = tile;
         *reinterpret_cast<uint32_t*>(meta + 8) = need;
