@@ -550,6 +550,24 @@ std::vector<Case> conformance_cases() {
   { Case c = base; c.name = "wgmma warpgroup gaps of 4 est"; c.warps = 8; c.gap_run = 4; c.prior = PriorMode::kEstimateDiagonal; c.n_q = {130, 64}; c.n_k = {2000, 700}; c.varlen = true; add(c); }
   { Case c = base; c.name = "wgmma 3 stages warpgroup gaps of 2"; c.warps = 8; c.stages = 3; c.gap_run = 2; c.prior = PriorMode::kRaw; c.n_q = {200}; c.n_k = {1500}; add(c); }
   { Case c = base; c.name = "persistent 2 CTAs warpgroup gaps of 3"; c.warps = 8; c.persistent = 2; c.gap_run = 3; c.prior = PriorMode::kRaw; c.n_q = {300}; c.n_k = {1400}; add(c); }
+  // The warpgroup tiling over many sequences: grids of more CTAs than a GPU has SMs (several waves, CTAs of short
+  // sequences with no rows), a varlen batch of 12 sequences of 150-370 tokens and a padded batch of 8.
+  {
+    Case c = base;
+    c.name = "wgmma varlen 12 sequences";
+    c.warps = 8; c.chunk_masks = true; c.prior = PriorMode::kRaw; c.varlen = true; c.keep = 0.5;
+    c.n_q.clear(); c.n_k.clear();
+    for (int i = 0; i < 12; ++i) { c.n_q.push_back(150 + 20 * i); c.n_k.push_back(150 + 20 * i + (i % 3) * 40); }
+    add(c);
+  }
+  {
+    Case c = base;
+    c.name = "wgmma padded 8 sequences";
+    c.warps = 8; c.prior = PriorMode::kEstimateDiagonal; c.lengths = true;
+    c.n_q.clear(); c.n_k.clear();
+    for (int i = 0; i < 8; ++i) { c.n_q.push_back(400 - 29 * i); c.n_k.push_back(400 - 13 * i); }
+    add(c);
+  }
   { Case c = base; c.name = "wgmma one tile per union"; c.warps = 8; c.chunk_masks = true; c.prior = PriorMode::kRaw; c.n_q = {64, 50}; c.n_k = {64, 50}; c.varlen = true; add(c); }
   // The persistent kernel with a few CTAs, so that each walks many items (both union buffers, the ring's phases
   // running on across items, items on the warpgroup and the per-warp paths, with and without a table, tables in
