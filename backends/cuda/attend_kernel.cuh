@@ -148,6 +148,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 #endif
     sCount[0] = 0;  // tiles in the union
     sCount[1] = 0;  // tiles summed over the tokens (how much the tokens share)
+    item_clock.head_lap(0);
   }
   // Bias modes. With g dividing 16 a warp's 16 rows are whole tokens, so the consumer warps compute the bias of
   // their rows themselves on the tensor cores (x = Q k̄^T for the tile's chunks, the group sum over the warp's
@@ -170,15 +171,24 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 #pragma unroll
       for (int half = 0; half < 2; ++half) early_tau_mu[half] = item.tau_mu(a, slab_row + lane / 4 + 8 * half);
     }
+    if (tid == 0) item_clock.head_lap(1);
     if (item.any_rows) {
       item.copy_q(a, sQ, tid, Cfg::kThreads);
+      if (tid == 0) item_clock.head_lap(2);
       for (int w = tid; w < item.union_words; w += Cfg::kThreads) sUnion[w] = 0u;
+      if (tid == 0) item_clock.head_lap(3);
       __syncthreads();
+      if (tid == 0) item_clock.head_lap(4);
       item.union_tokens(a, sUnion, sCount, warp, Cfg::kThreads / 32, lane);
+      if (tid == 0) item_clock.head_lap(5);
       __syncthreads();
-      if (tid == 0) phase_mark(PhaseKernel::kAttend, 1);
+      if (tid == 0) {
+        item_clock.head_lap(6);
+        phase_mark(PhaseKernel::kAttend, 1);
+      }
       item.count_union(sUnion, sCount, tid, Cfg::kThreads, lane);
       mma::cp_async_wait<0>();
+      if (tid == 0) item_clock.head_lap(7);
       if constexpr (Cfg::kWgmma) wgmma::fence_proxy_async();  // Q is read by the tensor cores
     }
   }
@@ -192,6 +202,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     plan = plan_item(a, item, sUnion, split, per_tile, sCount[0], sCount[1], full_bar32, full_bar64);
     if (tid == 0) {
       phase_mark(PhaseKernel::kAttend, 2);
+      item_clock.head_lap(8);
       item_clock.lap(0);
       phase_set_active(PhaseKernel::kAttend, plan.tile_count > 0, int(plan.tile_count));
     }

@@ -176,18 +176,29 @@ __device__ __forceinline__ void phase_finish(PhaseKernel, const char*) {}
 // the plan), 1 Q, tau and mu (persistent: the wait for the helpers' preparation), 2 the bias table, 3 the wait for
 // the item's first tile, 4 the rest of the main loop, 5 the epilogue (o and lse written).
 constexpr int kItemSegments = 6;
+// Segment 0 of the one-item kernel split at its steps (head_lap; the report's "head" line): 0 the barriers'
+// initialisation (thread 0's), 1 tau / mu loads issued, 2 the Q copy issued, 3 the union zeroed, 4 the first block
+// barrier, 5 thread 0's warp's token's union (its mask loads), 6 the second barrier (the slowest warp's union), 7 the
+// count and the wait for thread 0's Q copies, 8 the third barrier and the plan.
+constexpr int kHeadSegments = 9;
 #ifdef DASHATTN_ITEM_CLOCKS
 // Per translation unit (static): each attention instance's kernels and its report share one copy; an inline kernel
 // would be deduplicated across units and read another unit's counters.
 static __device__ unsigned long long g_item_cycles[kItemSegments];
 static __device__ unsigned long long g_item_count;
+static __device__ unsigned long long g_head_cycles[kHeadSegments];
 struct ItemClock {
-  long long t = 0;
-  __device__ __forceinline__ void start() { t = clock64(); }
+  long long t = 0, th = 0;
+  __device__ __forceinline__ void start() { t = th = clock64(); }
   __device__ __forceinline__ void lap(int seg) {
     const long long now = clock64();
     atomicAdd(&g_item_cycles[seg], static_cast<unsigned long long>(now - t));
     t = now;
+  }
+  __device__ __forceinline__ void head_lap(int seg) {
+    const long long now = clock64();
+    atomicAdd(&g_head_cycles[seg], static_cast<unsigned long long>(now - th));
+    th = now;
   }
   __device__ __forceinline__ void item_done() { atomicAdd(&g_item_count, 1ull); }
 };
@@ -196,13 +207,19 @@ static __global__ void item_clock_report() {
   printf("items %llu, mean cycles per item: union %.0f prep %.0f table %.0f first-tile %.0f loop %.0f epilogue %.0f\n",
          g_item_count, g_item_cycles[0] / n, g_item_cycles[1] / n, g_item_cycles[2] / n, g_item_cycles[3] / n,
          g_item_cycles[4] / n, g_item_cycles[5] / n);
+  printf("head %.0f / %.0f / %.0f / %.0f / %.0f / %.0f / %.0f / %.0f / %.0f "
+         "(init / tau-mu / q issue / zero / barrier / union / barrier / q / plan)\n",
+         g_head_cycles[0] / n, g_head_cycles[1] / n, g_head_cycles[2] / n, g_head_cycles[3] / n, g_head_cycles[4] / n,
+         g_head_cycles[5] / n, g_head_cycles[6] / n, g_head_cycles[7] / n, g_head_cycles[8] / n);
   for (int i = 0; i < kItemSegments; ++i) g_item_cycles[i] = 0;
+  for (int i = 0; i < kHeadSegments; ++i) g_head_cycles[i] = 0;
   g_item_count = 0;
 }
 #else
 struct ItemClock {
   __device__ __forceinline__ void start() {}
   __device__ __forceinline__ void lap(int) {}
+  __device__ __forceinline__ void head_lap(int) {}
   __device__ __forceinline__ void item_done() {}
 };
 #endif
