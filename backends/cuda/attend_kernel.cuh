@@ -552,6 +552,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       // bookkeeping drew about a quarter of the loop's warp samples in Nsight Compute). Tiles the warpgroup does not
       // attend are waited for and released at once (one arrival per lane and phase, as the producer expects).
       const int wg_bit = 1 << (warp / 4);
+      // The next tile this warpgroup attends. It is never more than kStages - 1 tiles after cur, whose stage this
+      // warpgroup still holds: the record warp marks the (kStages - 1)-th tile in a row that the warpgroup would
+      // skip as attended (attend_tile_records), so the walk never waits for the refill of its own held stage.
       auto acquire = [&](Tile& t) {
         while (next_it < plan.n_iter) {
           t.it = next_it++;
