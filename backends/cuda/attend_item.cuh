@@ -47,44 +47,34 @@ struct AttendItem {
   }
   __device__ __forceinline__ int n_tokens() const { return any_rows ? int(last_token - first_token + 1) : 0; }
 
-  // Q rows of the item, zero-filled past the sequence, by threads t0, t0 + nt, ... (committed, not waited).
+  // Q rows of the item, zero-filled past the sequence, by threads t0, t0 + nt, ... (nt a multiple of 32: whole
+  // warps; committed, not waited).
   __device__ __forceinline__ void copy_q(const AttendArgs& a, Element* sQ, int t0, int nt) const {
     const Element* q_first = static_cast<const Element*>(a.q.data) +
                              a.q.offset(sp.batch_index, sp.q_begin + first_token, int64_t(kv_head) * g);
     const int rows_here = int(::min(int64_t(Cfg::kRows), rows_in_seq - row0));
-    if (nt % Cfg::kRowPieces == 0) {
-      // Every thread keeps its piece and steps nt / kRowPieces rows at a time: its (token, head) advance by a
-      // fixed amount, so the division by g happens once per thread, not once per piece. The CTA's head is
-      // issue-bound (all its warps run this copy together): the copy's issue went from 2.2 K to 1.1 K cycles of a
-      // chunk-draw CTA at 32K / 87.5 % on an H100, prefill Stage 2 1-2.7 % faster (perf-log.md, thirtieth pass).
-      const int piece = t0 % Cfg::kRowPieces;
-      const int step = nt / Cfg::kRowPieces;
-      const int step_tokens = step / g, step_heads = step - step_tokens * g;
-      int r = t0 / Cfg::kRowPieces;
-      int token_in_cta, head;
-      split_row(r, token_in_cta, head);
-      for (; r < Cfg::kRows; r += step) {
-        const bool ok = r < rows_here;
-        const Element* src =
-            ok ? q_first + token_in_cta * a.q.stride[1] + head * a.q.stride[2] + piece * 8 : q_first;
-        mma::cp_async_16(sQ + q_swz<Cfg::kRows>(r, piece * 8), src, ok ? 16 : 0);
-        token_in_cta += step_tokens;
-        head += step_heads;
-        if (head >= g) {
-          head -= g;
-          ++token_in_cta;
-        }
-      }
-    } else {
-      for (int task = t0; task < Cfg::kRows * Cfg::kRowPieces; task += nt) {
-        const int r = task / Cfg::kRowPieces;
-        const int piece = task % Cfg::kRowPieces;
-        int token_in_cta, head;
-        split_row(r, token_in_cta, head);
-        const bool ok = r < rows_here;
-        const Element* src =
-            ok ? q_first + token_in_cta * a.q.stride[1] + head * a.q.stride[2] + piece * 8 : q_first;
-        mma::cp_async_16(sQ + q_swz<Cfg::kRows>(r, piece * 8), src, ok ? 16 : 0);
+    // Every thread keeps its piece and steps nt / kRowPieces rows at a time (nt is whole warps, and a row's pieces
+    // divide 32): its (token, head) advance by a fixed amount, so the division by g happens once per thread, not
+    // once per piece. The CTA's head is issue-bound (all its warps run this copy together): the copy's issue went
+    // from 2.2 K to 1.1 K cycles of a chunk-draw CTA at 32K / 87.5 % on an H100, prefill Stage 2 1-2.7 % faster
+    // (perf-log.md, thirtieth pass).
+    static_assert(32 % Cfg::kRowPieces == 0, "a warp's lanes cover whole rows of pieces");
+    const int piece = t0 % Cfg::kRowPieces;
+    const int step = nt / Cfg::kRowPieces;
+    const int step_tokens = step / g, step_heads = step - step_tokens * g;
+    int r = t0 / Cfg::kRowPieces;
+    int token_in_cta, head;
+    split_row(r, token_in_cta, head);
+    for (; r < Cfg::kRows; r += step) {
+      const bool ok = r < rows_here;
+      const Element* src =
+          ok ? q_first + token_in_cta * a.q.stride[1] + head * a.q.stride[2] + piece * 8 : q_first;
+      mma::cp_async_16(sQ + q_swz<Cfg::kRows>(r, piece * 8), src, ok ? 16 : 0);
+      token_in_cta += step_tokens;
+      head += step_heads;
+      if (head >= g) {
+        head -= g;
+        ++token_in_cta;
       }
     }
     mma::cp_async_commit();
