@@ -81,6 +81,9 @@ class CudaBackend final : public Backend {
     for (auto& w : dense_workspace_) {
       if (w.ptr) cudaFree(w.ptr);
     }
+    for (cudaMemPool_t pool : scratch_pools_) {
+      if (pool) cudaMemPoolDestroy(pool);
+    }
     for (auto& b : beside_) {
       if (b.stream) cudaStreamDestroy(b.stream);
       if (b.fork) cudaEventDestroy(b.fork);
@@ -243,6 +246,47 @@ class CudaBackend final : public Backend {
     if (ptr) cudaFree(ptr);
   }
 
+  // forward() without a workspace takes it from a stream-ordered pool of the current device (forward()'s guard
+  // has made the tensors' device current): no driver allocation and no wait for the GPU per call, and under
+  // stream capture the two become graph memory nodes. A device without memory pools keeps the default (allocate,
+  // wait, free).
+  void* acquire_scratch(size_t bytes, void* stream) override {
+    if (bytes == 0) return nullptr;
+    int device = 0;
+    DASHATTN_CUDA_CHECK(cudaGetDevice(&device));
+    cudaMemPool_t pool = scratch_pool(device);
+    if (pool == nullptr) return Backend::acquire_scratch(bytes, stream);
+    void* ptr = nullptr;
+    const cudaError_t err = cudaMallocFromPoolAsync(&ptr, bytes, pool, as_stream(stream));
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      if (err == cudaErrorMemoryAllocation) {
+        throw Error(ErrorCode::kOutOfMemory, "bytes",
+                    "out of CUDA device memory allocating " + std::to_string(bytes) + " bytes of forward()'s workspace");
+      }
+      throw_cuda_error(err, "cudaMallocFromPoolAsync", __FILE__, __LINE__);
+    }
+    return ptr;
+  }
+
+  void release_scratch(void* ptr, void* stream) noexcept override {
+    if (ptr == nullptr) return;
+    // Called in the same forward() as acquire_scratch, on the same current device; a pool, once made, stays, so
+    // its presence tells which way the bytes came.
+    int device = -1;
+    if (cudaGetDevice(&device) != cudaSuccess) cudaGetLastError();
+    bool pooled = false;
+    if (device >= 0 && device < kMaxDevices) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      pooled = scratch_pools_[device] != nullptr;
+    }
+    if (pooled) {
+      if (cudaFreeAsync(ptr, as_stream(stream)) != cudaSuccess) cudaGetLastError();
+      return;
+    }
+    Backend::release_scratch(ptr, stream);
+  }
+
   void copy(void* dst, const void* src, size_t bytes, CopyKind kind, void* stream) override {
     if (bytes == 0) return;
     cudaMemcpyKind k = cudaMemcpyDeviceToDevice;
@@ -347,6 +391,34 @@ class CudaBackend final : public Backend {
     return w.ptr;
   }
 
+  // The pool behind acquire_scratch, made on first use: it keeps what it has handed out once (its release
+  // threshold is unbounded, as a framework's caching allocator keeps its blocks), so steady calls reuse the same
+  // bytes; it is given back to the driver when the backend is destroyed. Null where the device has no pools.
+  cudaMemPool_t scratch_pool(int device) {
+    if (device < 0 || device >= kMaxDevices) return nullptr;
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!scratch_pool_probed_[device]) {
+      scratch_pool_probed_[device] = true;
+      int supported = 0;
+      if (cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolsSupported, device) != cudaSuccess ||
+          supported == 0) {
+        cudaGetLastError();
+        return nullptr;
+      }
+      cudaMemPoolProps props{};
+      props.allocType = cudaMemAllocationTypePinned;
+      props.handleTypes = cudaMemHandleTypeNone;
+      props.location.type = cudaMemLocationTypeDevice;
+      props.location.id = device;
+      cudaMemPool_t pool = nullptr;
+      DASHATTN_CUDA_CHECK(cudaMemPoolCreate(&pool, &props));
+      uint64_t keep = UINT64_MAX;
+      DASHATTN_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+      scratch_pools_[device] = pool;
+    }
+    return scratch_pools_[device];
+  }
+
   static constexpr int kMaxDevices = 16;
   struct Beside {
     cudaStream_t stream = nullptr;
@@ -355,6 +427,8 @@ class CudaBackend final : public Backend {
 
   std::mutex mutex_;
   Scratch dense_workspace_[kMaxDevices];
+  cudaMemPool_t scratch_pools_[kMaxDevices] = {};
+  bool scratch_pool_probed_[kMaxDevices] = {};
   std::mutex beside_mutex_[kMaxDevices];
   Beside beside_[kMaxDevices];
 };

@@ -6,9 +6,8 @@
 // `context` tokens per sequence by chunked prefill steps, then timed over `steps` one-token steps run back to back
 // (as a serving loop runs them: one synchronization at the end): the host's wall clock per step, and the GPU time
 // per step between two events. Then forward() of one new query per sequence over the decoder's caches (no chunk
-// to summarize), with a caller-owned workspace (an engine's decode step) and without one (forward() then
-// allocates its workspace and, before freeing it, waits for the call: what every Decoder step did before the
-// Decoder kept a workspace).
+// to summarize), with a caller-owned workspace (an engine's decode step) and without one (forward() then takes
+// it from the backend: on CUDA a stream-ordered pool, so the call no longer waits for its kernels).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 

@@ -73,8 +73,8 @@ std::string run_forward(const InArray& q, const InArray& k, const InArray& v, co
   p.stream = stream_pointer(stream);
   Backend& be = pick_backend(backend, p.q.device);
   // The workspace comes from the caller's framework when it offers an allocator (torch's caching allocator hands
-  // it out and takes it back in stream order); without one, forward() allocates it and, before freeing it, waits
-  // for the call to finish: a host synchronization per call.
+  // it out and takes it back in stream order); without one, forward() takes it from the backend (on CUDA a
+  // stream-ordered pool, no wait; on the CPU an allocation per call).
   nb::object workspace;
   if (!workspace_alloc.is_none()) {
     const size_t need = dashattn::workspace_size(be, p);

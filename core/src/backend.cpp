@@ -16,6 +16,20 @@ size_t align_up(size_t bytes) { return (bytes + kScratchAlign - 1) / kScratchAli
 
 }  // namespace
 
+void* Backend::acquire_scratch(size_t bytes, void* stream) {
+  (void)stream;
+  return allocate(bytes);
+}
+
+void Backend::release_scratch(void* ptr, void* stream) noexcept {
+  if (ptr == nullptr) return;
+  try {
+    synchronize(stream);
+  } catch (...) {
+  }
+  deallocate(ptr);
+}
+
 void Backend::copy_regions(const CopyRegion* regions, size_t count, void* stream) {
   for (size_t i = 0; i < count; ++i) {
     copy(regions[i].dst, regions[i].src, regions[i].bytes, CopyKind::kDeviceToDevice, stream);
@@ -52,25 +66,18 @@ void Backend::forward(const ForwardParams& p) {
   void* ws = p.workspace;
   bool owned = false;
   if (need > 0 && ws == nullptr) {
-    ws = allocate(need);
+    ws = acquire_scratch(need, p.stream);
     owned = true;
   } else if (need > p.workspace_bytes) {
     throw InvalidArgument("workspace_bytes", ">= " + std::to_string(need) + " (workspace_size())",
                           std::to_string(p.workspace_bytes));
   }
+  // Given back however the call ends (a launch error included), in the stream's order.
   struct Release {
     Backend* be;
     void* ptr;
     void* stream;
-    ~Release() {
-      if (ptr) {
-        try {
-          be->synchronize(stream);
-        } catch (...) {
-        }
-        be->deallocate(ptr);
-      }
-    }
+    ~Release() { be->release_scratch(ptr, stream); }
   } release{this, owned ? ws : nullptr, p.stream};
 
   const ForwardParams f = plan_workspace(p, s, ws).params;

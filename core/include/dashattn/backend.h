@@ -61,6 +61,12 @@ class Backend {
   // Memory on the backend's device, for the convenience API (Decoder, CLI, bindings). Kernels never allocate.
   virtual void* allocate(size_t bytes) = 0;
   virtual void deallocate(void* ptr) noexcept = 0;
+  // Scratch for one forward() that was given no workspace, in the order of `stream`: work enqueued on it after
+  // acquire_scratch may use the bytes, and release_scratch (after the call's work is enqueued) gives them back.
+  // The default allocates, then waits for the stream before freeing (a host synchronization per call); a GPU
+  // backend hands them out from a stream-ordered pool instead, so that the call neither waits nor allocates.
+  virtual void* acquire_scratch(size_t bytes, void* stream);
+  virtual void release_scratch(void* ptr, void* stream) noexcept;
   virtual void copy(void* dst, const void* src, size_t bytes, CopyKind kind, void* stream) = 0;
   virtual void memset_zero(void* dst, size_t bytes, void* stream) = 0;
   virtual void synchronize(void* stream) = 0;

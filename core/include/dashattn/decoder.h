@@ -125,7 +125,7 @@ class Decoder {
   void* seqlens_ = nullptr;
   std::vector<int32_t> host_seqlens_;
   // forward()'s workspace, kept across steps and grown geometrically: without it every step allocated its
-  // workspace and freed it again, which waits for the step to finish (a host synchronization per step).
+  // workspace and freed it again, which then waited for the step to finish (a host synchronization per step).
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
   int64_t capacity_ = 0;
