@@ -80,17 +80,34 @@ struct AttendItem {
     mma::cp_async_commit();
   }
 
+  // Whether union_tokens can take its first word per lane from early_union_word: C = 64 (a mask word is a tile
+  // word), not dense.
+  __device__ __forceinline__ bool early_word_applies(const AttendArgs& a) const {
+    return !a.dense && a.chunk == kTileKeys;
+  }
+  // The first mask word that lane `lane` of warp w0 reads in union_tokens (its first token's word `lane`), loaded
+  // before the Q copy is issued so that its latency overlaps the copy instead of following the first barrier (the
+  // CTA's head is issue-bound; perf-log.md, thirtieth pass). 0 where it does not apply.
+  __device__ __forceinline__ uint32_t early_union_word(const AttendArgs& a, int w0, int lane) const {
+    if (!early_word_applies(a) || w0 >= n_tokens() || lane >= union_words || lane >= a.mask_words) return 0u;
+    return mask_row_ptr(a, sp, kv_head, first_token + w0)[lane];
+  }
+
   // Union of the tile sets of the item's tokens into words (zeroed): warp w0 of nw takes tokens w0, w0 + nw, ...
   // (their routing computed once), its lanes the words; the per-token tile counts are summed per warp before one
   // shared atomic on counts[1] (an atomic per word all hit one address).
+  // early: the word early_union_word loaded for this lane (used where that applies, else ignored).
   __device__ __forceinline__ void union_tokens(const AttendArgs& a, uint32_t* words, int* counts, int w0, int nw,
-                                               int lane) const {
+                                               int lane, uint32_t early = 0u, bool have_early = false) const {
     const int n = int(last_token - first_token + 1);
+    have_early = have_early && early_word_applies(a);
     for (int t = w0; t < n; t += nw) {
       const RowRouting rr = token_routing(a, sp, kv_head, first_token + t);
       int tiles = 0;
       for (int w = lane; w < union_words; w += 32) {
-        const uint32_t bits = row_tile_word(rr, w, a.chunk, a.log2_chunk, a.mask_words, a.dense);
+        const uint32_t bits = have_early && t == w0 && w == lane
+                                  ? row_tile_word_c64(rr, w, early)
+                                  : row_tile_word(rr, w, a.chunk, a.log2_chunk, a.mask_words, a.dense);
         if (bits) {
           atomicOr(&words[w], bits);
           tiles += __popc(bits);

@@ -173,13 +173,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     }
     if (tid == 0) item_clock.head_lap(1);
     if (item.any_rows) {
+      // (Consumer warps only: the producer warpgroup's later code runs under its smaller register budget.)
+      const bool early = warp < Cfg::kWarps;
+      const uint32_t early_word = early ? item.early_union_word(a, warp, lane) : 0u;
       item.copy_q(a, sQ, tid, Cfg::kThreads);
       if (tid == 0) item_clock.head_lap(2);
       for (int w = tid; w < item.union_words; w += Cfg::kThreads) sUnion[w] = 0u;
       if (tid == 0) item_clock.head_lap(3);
       __syncthreads();
       if (tid == 0) item_clock.head_lap(4);
-      item.union_tokens(a, sUnion, sCount, warp, Cfg::kThreads / 32, lane);
+      item.union_tokens(a, sUnion, sCount, warp, Cfg::kThreads / 32, lane, early_word, early);
       if (tid == 0) item_clock.head_lap(5);
       __syncthreads();
       if (tid == 0) {
