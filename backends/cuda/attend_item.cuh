@@ -128,15 +128,20 @@ struct AttendItem {
     if (lane == 0 && local) atomicAdd(&counts[0], local);
   }
 
-  // Stage 1's tau of row r's head and mu of its token (zeros past the sequence).
+  // Stage 1's tau of row r's head and mu of its token (zeros past the sequence). Only the consumer-bias
+  // instances call it, and their g divides 16: a power of two, so the row splits by a shift and a mask, and the
+  // item's part of the offsets is one uniform base (a division by g and three 64-bit products per row took ~1 K
+  // cycles of a CTA's issue-bound head; perf-log.md, thirty-first pass).
   __device__ __forceinline__ float2 tau_mu(const AttendArgs& a, int r) const {
     float2 tm = make_float2(0.0f, 0.0f);
-    if (row0 + r < rows_in_seq) {
-      int token_in_cta, head;
-      split_row(r, token_in_cta, head);
-      const int64_t token = first_token + token_in_cta;
-      tm.x = static_cast<const float*>(a.tau.data)[row_output_offset(a.tau, sp, kv_head * g + head, token)];
-      tm.y = static_cast<const float*>(a.mu.data)[row_output_offset(a.mu, sp, kv_head, token)];
+    if (r < int(::min(int64_t(Cfg::kRows), rows_in_seq - row0))) {
+      const int rr = r_off + r;
+      const int token_in_cta = rr >> (__ffs(g) - 1), head = rr & (g - 1);
+      const float* tau = static_cast<const float*>(a.tau.data) +
+                         row_output_offset(a.tau, sp, int64_t(kv_head) * g, first_token);
+      const float* mu = static_cast<const float*>(a.mu.data) + row_output_offset(a.mu, sp, kv_head, first_token);
+      tm.x = tau[head * a.tau.stride[1] + token_in_cta * a.tau.stride[2]];
+      tm.y = mu[token_in_cta * a.mu.stride[2]];
     }
     return tm;
   }
@@ -172,7 +177,8 @@ __device__ __forceinline__ ItemPlan plan_item(const AttendArgs& a, const AttendI
     // own tiles with mma.sync. The warpgroup path runs at about 1.36 x the per-warp rate (dense: 407 vs 300
     // TFLOP/s on an H200), so with 4 tokens per group it wins from about 3 of 4 tokens per tile.
     if constexpr (Cfg::kWgmma) p.use_warpgroups = 10 * summed >= 7 * total * (item.last_token - item.first_token + 1);
-    const int64_t per = (total + a.num_splits - 1) / a.num_splits;
+    // One split (every prefill launch) needs no division: a 64-bit one is a long call in the CTA's head.
+    const int64_t per = a.num_splits == 1 ? total : (total + a.num_splits - 1) / a.num_splits;
     p.tile_start = ::min(int64_t(split) * per, total);
     p.tile_count = ::min(per, total - p.tile_start);
   }
