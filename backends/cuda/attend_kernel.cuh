@@ -739,10 +739,22 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     int token_a, head_a, token_b, head_b;
     item.split_row(slab_row + lane / 4, token_a, head_a);
     item.split_row(slab_row + lane / 4 + 8, token_b, head_b);
-    write_output_row<Cfg>(a, item.sp, item.seq, split, item.kv_head, item.first_token + token_a, head_a, row_a.valid,
-                          t4, 0, inv_a, lse_a, acc_o);
-    write_output_row<Cfg>(a, item.sp, item.seq, split, item.kv_head, item.first_token + token_b, head_b, row_b.valid,
-                          t4, 1, inv_b, lse_b, acc_o);
+    // o in the input dtype, no split: through the warp's rows of the Q buffer (attend_output.cuh).
+    const bool staged_o = !kPersistent && !Cfg::kTileSplit && a.num_splits == 1 &&
+                          a.o_dtype == ElementTraits<typename Cfg::Element>::kDType;
+    if (staged_o) {
+      if (t4 == 0) {
+        write_lse_row(a, item.sp, item.kv_head, item.first_token + token_a, head_a, row_a.valid, lse_a);
+        write_lse_row(a, item.sp, item.kv_head, item.first_token + token_b, head_b, row_b.valid, lse_b);
+      }
+      stage_output_rows<Cfg>(sQ, slab_row, lane, row_a.valid ? inv_a : 0.0f, row_b.valid ? inv_b : 0.0f, acc_o);
+      store_staged_rows<Cfg>(a, item, sQ, slab_row, lane);
+    } else {
+      write_output_row<Cfg>(a, item.sp, item.seq, split, item.kv_head, item.first_token + token_a, head_a,
+                            row_a.valid, t4, 0, inv_a, lse_a, acc_o);
+      write_output_row<Cfg>(a, item.sp, item.seq, split, item.kv_head, item.first_token + token_b, head_b,
+                            row_b.valid, t4, 1, inv_b, lse_b, acc_o);
+    }
     if (tid == 0) {
       item_clock.lap(5);
       item_clock.item_done();

@@ -6,6 +6,7 @@
 
 #include "attend_args.cuh"
 #include "attend_config.cuh"
+#include "attend_item.cuh"
 #include "mma_tiles.cuh"
 
 namespace dashattn::cuda {
@@ -56,6 +57,78 @@ __device__ __forceinline__ void write_output_row(const AttendArgs& a, const Sequ
     for (int nt = 0; nt < Cfg::kONTiles; ++nt)
       ob[(nt * 8 + 2 * t4) / 2] = mma::pack2<__half>(acc_o[nt][2 * half] * f, acc_o[nt][2 * half + 1] * f);
   }
+}
+
+// A warp's 16 output rows through shared memory, where o has the input dtype and no split runs: the thread's
+// fragments go to the warp's own rows of the Q buffer in Q's swizzled layout (q_swz: conflict-free both ways), then
+// each lane stores whole 16-byte pieces of rows. Stored from the fragments, each store instruction covered 8 rows
+// with 16 bytes each (8 lines per instruction, 32 instructions per thread at d = 128); from shared memory it covers
+// whole rows (32 / (d / 8) of them) and a thread issues 16 d / 256 of them.
+// The Q rows are free here: a warp reads only its own rows of Q (mma.sync, the bias table), and a warpgroup's S
+// reads its warps' rows, all complete once the warp has passed its last wait; the persistent kernel's helpers
+// refill Q for the next item, so it keeps write_output_row.
+// f_a / f_b: the rows' normalization (1 / l; 0 for padding rows).
+template <class Cfg>
+__device__ __forceinline__ void stage_output_rows(typename Cfg::Element* sQ, int slab_row, int lane, float f_a,
+                                                  float f_b, const float (&acc_o)[Cfg::kONTiles][4]) {
+  using Element = typename Cfg::Element;
+  const int t4 = lane % 4, r = slab_row + lane / 4;
+  // The warp's lanes may leave the main loop apart (rows past the sequence take other branches); the ldmatrix
+  // reads of these rows are then ordered before the writes only by this (racecheck warned without it).
+  __syncwarp();
+#pragma unroll
+  for (int nt = 0; nt < Cfg::kONTiles; ++nt) {
+    *reinterpret_cast<uint32_t*>(sQ + q_swz<Cfg::kRows>(r, nt * 8) + 2 * t4) =
+        mma::pack2<Element>(acc_o[nt][0] * f_a, acc_o[nt][1] * f_a);
+    *reinterpret_cast<uint32_t*>(sQ + q_swz<Cfg::kRows>(r + 8, nt * 8) + 2 * t4) =
+        mma::pack2<Element>(acc_o[nt][2] * f_b, acc_o[nt][3] * f_b);
+  }
+  __syncwarp();
+}
+
+// The staged rows slab_row .. slab_row + 15 to o, a lane per 16-byte piece, with write_output_row's rules for rows
+// past the sequence (padding rows get the zeros staged for them; rows past the padded length, and a packed batch's
+// rows of the next sequence, are left alone).
+template <class Cfg>
+__device__ __forceinline__ void store_staged_rows(const AttendArgs& a, const AttendItem<Cfg>& item,
+                                                  const typename Cfg::Element* sQ, int slab_row, int lane) {
+  using Element = typename Cfg::Element;
+  constexpr int kPieces = Cfg::kHeadDim / 8;  // 16-byte pieces of a row
+  static_assert(32 % kPieces == 0, "a warp's lanes cover whole rows");
+  constexpr int kRowsPerStore = 32 / kPieces;
+  const int g = item.g;
+  const int piece = lane % kPieces;
+  int r = slab_row + lane / kPieces;
+  int token_in_cta, head;
+  item.split_row(r, token_in_cta, head);
+  const int step_tokens = kRowsPerStore / g, step_heads = kRowsPerStore - step_tokens * g;
+  Element* o = static_cast<Element*>(a.o.data) +
+               a.o.offset(item.sp.batch_index, item.sp.q_begin + item.first_token, int64_t(item.kv_head) * g) +
+               piece * 8;
+  const bool packed = a.batch.cu_seqlens_q != nullptr;
+#pragma unroll
+  for (int i = 0; i < 16 / kRowsPerStore; ++i, r += kRowsPerStore) {
+    const bool valid = item.row0 + r < item.rows_in_seq;
+    if (item.first_token + token_in_cta < a.batch.padded_n_q && (valid || !packed)) {
+      const uint4 v = *reinterpret_cast<const uint4*>(sQ + q_swz<Cfg::kRows>(r, piece * 8));
+      *reinterpret_cast<uint4*>(o + token_in_cta * a.o.stride[1] + head * a.o.stride[2]) = v;
+    }
+    token_in_cta += step_tokens;
+    head += step_heads;
+    if (head >= g) {
+      head -= g;
+      ++token_in_cta;
+    }
+  }
+}
+
+// The row's lse alone (write_output_row's rules), for the staged path.
+__device__ __forceinline__ void write_lse_row(const AttendArgs& a, const SequenceSpan& sp, int kv_head, int64_t token,
+                                              int head_in_group, bool valid, float lse) {
+  if (token >= a.batch.padded_n_q || !a.lse.defined()) return;
+  if (!valid && a.batch.cu_seqlens_q != nullptr) return;
+  static_cast<float*>(a.lse.data)[row_output_offset(a.lse, sp, kv_head * a.group + head_in_group, token)] =
+      valid ? lse : -INFINITY;
 }
 
 }  // namespace dashattn::cuda
