@@ -73,6 +73,17 @@ std::string check_alignment(const char* name, const TensorView& t) {
   return {};
 }
 
+// An allocation's status: out of memory as the typed error naming the bytes, anything else as a CUDA error.
+void check_allocation(cudaError_t err, const char* call, size_t bytes, const char* what) {
+  if (err == cudaSuccess) return;
+  cudaGetLastError();
+  if (err == cudaErrorMemoryAllocation) {
+    throw Error(ErrorCode::kOutOfMemory, "bytes",
+                "out of CUDA device memory allocating " + std::to_string(bytes) + " bytes" + what);
+  }
+  throw_cuda_error(err, call, __FILE__, __LINE__);
+}
+
 constexpr int64_t kMaxGridY = 65535;  // Stage 2 launches one grid row per (sequence, KV head)
 
 class CudaBackend final : public Backend {
@@ -230,15 +241,7 @@ class CudaBackend final : public Backend {
   void* allocate(size_t bytes) override {
     if (bytes == 0) return nullptr;
     void* ptr = nullptr;
-    const cudaError_t err = cudaMalloc(&ptr, bytes);
-    if (err != cudaSuccess) {
-      cudaGetLastError();
-      if (err == cudaErrorMemoryAllocation) {
-        throw Error(ErrorCode::kOutOfMemory, "bytes",
-                    "out of CUDA device memory allocating " + std::to_string(bytes) + " bytes");
-      }
-      throw_cuda_error(err, "cudaMalloc", __FILE__, __LINE__);
-    }
+    check_allocation(cudaMalloc(&ptr, bytes), "cudaMalloc", bytes, "");
     return ptr;
   }
 
@@ -257,15 +260,8 @@ class CudaBackend final : public Backend {
     cudaMemPool_t pool = scratch_pool(device);
     if (pool == nullptr) return Backend::acquire_scratch(bytes, stream);
     void* ptr = nullptr;
-    const cudaError_t err = cudaMallocFromPoolAsync(&ptr, bytes, pool, as_stream(stream));
-    if (err != cudaSuccess) {
-      cudaGetLastError();
-      if (err == cudaErrorMemoryAllocation) {
-        throw Error(ErrorCode::kOutOfMemory, "bytes",
-                    "out of CUDA device memory allocating " + std::to_string(bytes) + " bytes of forward()'s workspace");
-      }
-      throw_cuda_error(err, "cudaMallocFromPoolAsync", __FILE__, __LINE__);
-    }
+    check_allocation(cudaMallocFromPoolAsync(&ptr, bytes, pool, as_stream(stream)), "cudaMallocFromPoolAsync", bytes,
+                     " of forward()'s workspace");
     return ptr;
   }
 
