@@ -76,7 +76,6 @@ __device__ __forceinline__ uint64_t row_tile_keys(const RowRouting& r, MaskWordC
   return keys;
 }
 
-// Bits of tiles 32w .. 32w+31 that row r needs.
 // row_tile_word for C = 64 (a tile is a chunk) from the row's mask word w already loaded (raw; 0 past the row).
 __device__ __forceinline__ uint32_t row_tile_word_c64(const RowRouting& r, int64_t w, uint32_t raw) {
   if (r.pos < 0) return 0u;
@@ -85,6 +84,7 @@ __device__ __forceinline__ uint32_t row_tile_word_c64(const RowRouting& r, int64
   return (causal & ~before_diag) | (raw & before_diag);
 }
 
+// Bits of tiles 32w .. 32w+31 that row r needs.
 __device__ __forceinline__ uint32_t row_tile_word(const RowRouting& r, int64_t w, int chunk, int log2_chunk,
                                                   int mask_words, bool dense) {
   if (r.pos < 0) return 0u;
