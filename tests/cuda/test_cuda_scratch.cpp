@@ -23,50 +23,39 @@ void check_cuda(cudaError_t err, const char* what) {
 // The outputs one call writes: o, lse and the routing outputs (mask, τ, μ, active counts) on the device,
 // poisoned (0xFF) so that whatever a call leaves unwritten shows.
 struct Outputs {
-  ref::HostTensor o, lse, mask, tau, mu, active;
-  ref::DeviceTensor d_o, d_lse, d_mask, d_tau, d_mu, d_active;
+  static constexpr ref::HostTensor ref::ForwardOutputs::* kMembers[] = {
+      &ref::ForwardOutputs::o,  &ref::ForwardOutputs::lse, &ref::ForwardOutputs::mask,
+      &ref::ForwardOutputs::tau, &ref::ForwardOutputs::mu,  &ref::ForwardOutputs::active};
+  ref::ForwardOutputs host;
+  std::vector<ref::DeviceTensor> dev;  // in kMembers' order
 
   Outputs(Backend& be, const ref::Problem& pr, const MethodParams& m) {
     const ref::ProblemSpec& s = pr.spec;
     const int64_t rows = pr.rows_q(), words = mask_words(pr.padded_n_k(), m.chunk_size);
-    o = ref::make_host_tensor(DType::kF32, {s.batch, rows, s.h_q, s.d});
-    lse = ref::make_host_tensor(DType::kF32, {s.batch, s.h_q, rows});
-    mask = ref::make_host_tensor(DType::kU32, {s.batch, s.h_kv, rows, words});
-    tau = ref::make_host_tensor(DType::kF32, {s.batch, s.h_q, rows});
-    mu = ref::make_host_tensor(DType::kF32, {s.batch, s.h_kv, rows});
-    active = ref::make_host_tensor(DType::kI32, {s.batch, s.h_kv, rows});
-    for (ref::HostTensor* t : {&o, &lse, &mask, &tau, &mu, &active}) std::fill(t->bytes.begin(), t->bytes.end(), 0xff);
-    d_o = ref::upload(be, o);
-    d_lse = ref::upload(be, lse);
-    d_mask = ref::upload(be, mask);
-    d_tau = ref::upload(be, tau);
-    d_mu = ref::upload(be, mu);
-    d_active = ref::upload(be, active);
+    host.o = ref::make_host_tensor(DType::kF32, {s.batch, rows, s.h_q, s.d});
+    host.lse = ref::make_host_tensor(DType::kF32, {s.batch, s.h_q, rows});
+    host.mask = ref::make_host_tensor(DType::kU32, {s.batch, s.h_kv, rows, words});
+    host.tau = ref::make_host_tensor(DType::kF32, {s.batch, s.h_q, rows});
+    host.mu = ref::make_host_tensor(DType::kF32, {s.batch, s.h_kv, rows});
+    host.active = ref::make_host_tensor(DType::kI32, {s.batch, s.h_kv, rows});
+    for (auto member : kMembers) {
+      ref::HostTensor& t = host.*member;
+      std::fill(t.bytes.begin(), t.bytes.end(), 0xff);
+      dev.push_back(ref::upload(be, t));
+    }
   }
   void set(ForwardParams& p) const {
-    p.o = d_o.view;
-    p.lse = d_lse.view;
-    p.routing.mask = d_mask.view;
-    p.routing.tau = d_tau.view;
-    p.routing.mu = d_mu.view;
-    p.routing.active_chunks = d_active.view;
+    p.o = dev[0].view;
+    p.lse = dev[1].view;
+    p.routing.mask = dev[2].view;
+    p.routing.tau = dev[3].view;
+    p.routing.mu = dev[4].view;
+    p.routing.active_chunks = dev[5].view;
   }
   // Host copies, once the caller's stream has finished.
-  ref::ForwardOutputs read(Backend& be) {
-    ref::ForwardOutputs out;
-    ref::download(be, d_o, o);
-    ref::download(be, d_lse, lse);
-    ref::download(be, d_mask, mask);
-    ref::download(be, d_tau, tau);
-    ref::download(be, d_mu, mu);
-    ref::download(be, d_active, active);
-    out.o = o;
-    out.lse = lse;
-    out.mask = mask;
-    out.tau = tau;
-    out.mu = mu;
-    out.active = active;
-    return out;
+  const ref::ForwardOutputs& read(Backend& be) {
+    for (size_t i = 0; i < dev.size(); ++i) ref::download(be, dev[i], host.*kMembers[i]);
+    return host;
   }
 };
 
@@ -146,10 +135,8 @@ TEST_CASE("cuda forward without a workspace: the same bytes on a caller's stream
     cudaGraphExec_t exec = nullptr;
     check_cuda(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
     for (int replay = 0; replay < 2; ++replay) {
-      for (const ref::DeviceTensor* t : {&captured.d_o, &captured.d_lse, &captured.d_mask, &captured.d_tau,
-                                         &captured.d_mu, &captured.d_active}) {
-        check_cuda(cudaMemsetAsync(t->buffer.data(), 0xff, t->buffer.bytes(), stream), "cudaMemsetAsync");
-      }
+      for (const ref::DeviceTensor& t : captured.dev)
+        check_cuda(cudaMemsetAsync(t.buffer.data(), 0xff, t.buffer.bytes(), stream), "cudaMemsetAsync");
       check_cuda(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
       check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
       require_same(captured.read(be), want, "replay " + std::to_string(replay));
