@@ -186,10 +186,25 @@ struct ConsumerRowBias {
                                              float& sb1) const {
     const float x_scale = (a.alpha - 1.0f) * a.gamma * rsqrtf(float(kHeadDim));
     const float tau_a = row_tau_mu[lane / 4].x, tau_b = row_tau_mu[lane / 4 + 8].x;
-    const float wa0 = entmax_weight(x_scale * x[0], tau_a, a.alpha);
-    const float wa1 = entmax_weight(x_scale * x[1], tau_a, a.alpha);
-    const float wb0 = entmax_weight(x_scale * x[2], tau_b, a.alpha);
-    const float wb1 = entmax_weight(x_scale * x[3], tau_b, a.alpha);
+    float wa0, wa1, wb0, wb1;
+    if (a.alpha == 1.5f) {
+      // entmax_weight's values for alpha = 1.5, [y]_+^2, by selects: one (uniform) branch per call here instead
+      // of a branch region per weight, which the compiler made of the call's clamp and alpha tests (the bias
+      // table calls this 4 times per 32 chunks and thread; perf-log.md, thirty-second pass).
+      auto sq = [](float y) {
+        const float r = y > 0.0f ? y : 0.0f;
+        return r * r;
+      };
+      wa0 = sq(x_scale * x[0] - tau_a);
+      wa1 = sq(x_scale * x[1] - tau_a);
+      wb0 = sq(x_scale * x[2] - tau_b);
+      wb1 = sq(x_scale * x[3] - tau_b);
+    } else {
+      wa0 = entmax_weight(x_scale * x[0], tau_a, a.alpha);
+      wa1 = entmax_weight(x_scale * x[1], tau_a, a.alpha);
+      wb0 = entmax_weight(x_scale * x[2], tau_b, a.alpha);
+      wb1 = entmax_weight(x_scale * x[3], tau_b, a.alpha);
+    }
     // The group sum: a token's g rows are g consecutive fragment rows (lane groups lane / 4, and for g = 16 both
     // halves), so a butterfly over those lanes adds them in a fixed order that every Stage-2 path shares (a decode
     // step and its prefill row rebuild bitwise-equal biases). It is not group_weight's head order, which changes the

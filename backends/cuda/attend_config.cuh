@@ -71,9 +71,13 @@ struct AttendConfig {
   // table that fits in fewer than all of them leaves the first stages to the producer, which fills them while
   // the table is built; a larger one takes the whole ring, in rounds.
   static constexpr int kKbarColBytes = kHeadDim * 2 + 16;
+  // The columns that ns ring stages hold.
+  __host__ __device__ static constexpr int kbar_staged_cols(int ns) {
+    return int(size_t(ns) * 2 * kTileBytes / kKbarColBytes) / 8 * 8;
+  }
   __host__ __device__ static constexpr int kbar_staging_stages(int n_pairs) {
     for (int ns = 1; ns < kStages; ++ns)
-      if (int(size_t(ns) * 2 * kTileBytes / kKbarColBytes) / 8 * 8 >= n_pairs) return ns;
+      if (kbar_staged_cols(ns) >= n_pairs) return ns;
     return kStages;
   }
   static constexpr size_t kQBytes = size_t(kRows) * kHeadDim * sizeof(Element);
@@ -104,8 +108,13 @@ struct AttendConfig {
   static constexpr size_t kPrepSyncBytes = 96;
   static constexpr size_t kPrepBytes =
       kPersistent_ ? kPrepTauMuBytes + kPrepSyncBytes + size_t(kPrepStagedCols) * kKbarColBytes : 0;
-  static constexpr size_t kFixedBytes =
+  // The union's tiles as an ascending list of 16-bit tile numbers (AttendItem::count_union), for the one-item wide
+  // tilings and unions of at most 32 words (64 K keys): each k̄ column of the bias table is then one shared load
+  // instead of a window scan over the union's words (PairColumns).
+  static constexpr int kUnionListTiles = (!kTileSplit_ && !kPersistent_) ? 32 * 32 : 0;
+  static constexpr size_t kUnionListOffset =
       kRingBytes + kQBytes + kBiasBytes + kKbarBytes + kBarrierBytes + kMetaBytes + kPrepBytes;
+  static constexpr size_t kFixedBytes = kUnionListOffset + size_t(kUnionListTiles) * 2;
   // The union bitset (two with the persistent kernel: item i + 1's is built while item i's is walked), rounded
   // to 16 bytes.
   __host__ __device__ static size_t union_bytes(int union_words) {

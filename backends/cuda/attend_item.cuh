@@ -120,12 +120,35 @@ struct AttendItem {
     }
   }
 
-  // The union's tile count into counts[0], by whole warps (threads t0, t0 + nt, ...).
-  __device__ __forceinline__ void count_union(const uint32_t* words, int* counts, int t0, int nt, int lane) const {
+  // The union's tile count into counts[0], by whole warps (threads t0, t0 + nt, ...). With `list` (room for 1024
+  // tiles) and a union of at most 32 words, warp 0 alone, a lane per word, also writes the union's tiles there in
+  // ascending order (union_list() says whether it did).
+  __device__ __forceinline__ void count_union(const uint32_t* words, int* counts, int t0, int nt, int lane,
+                                              uint16_t* list = nullptr) const {
+    if (list != nullptr && union_words <= 32) {
+      if (t0 >= 32) return;
+      const uint32_t bits = lane < union_words ? words[lane] : 0u;
+      const int count = __popc(bits);
+      int incl = count;
+#pragma unroll
+      for (int off = 1; off < 32; off <<= 1) {
+        const int t = __shfl_up_sync(0xffffffffu, incl, off);
+        if (lane >= off) incl += t;
+      }
+      if (lane == 31 && incl) atomicAdd(&counts[0], incl);
+      int at = incl - count;
+      for (uint32_t b = bits; b != 0u; b &= b - 1u) list[at++] = uint16_t(lane * 32 + __ffs(b) - 1);
+      return;
+    }
     int local = 0;
     for (int w = t0; w < union_words; w += nt) local += __popc(words[w]);
     for (int off = 16; off > 0; off >>= 1) local += __shfl_xor_sync(0xffffffffu, local, off);
     if (lane == 0 && local) atomicAdd(&counts[0], local);
+  }
+
+  // The list count_union wrote (null where it wrote none).
+  __device__ __forceinline__ const uint16_t* union_list(const uint16_t* list) const {
+    return list != nullptr && union_words <= 32 ? list : nullptr;
   }
 
   // Stage 1's tau of row r's head and mu of its token (zeros past the sequence). Only the consumer-bias

@@ -95,6 +95,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   int* sCount = reinterpret_cast<int*>(sBar + 2 * kStages * 8);
   unsigned char* sMeta = sBar + Cfg::kBarrierBytes;  // the warpgroup tilings' per-stage records (kMetaBytes)
   uint32_t* const sUnionBase = reinterpret_cast<uint32_t*>(smem_raw + Cfg::kFixedBytes);
+  uint16_t* const sUnionList =
+      Cfg::kUnionListTiles > 0 ? reinterpret_cast<uint16_t*>(smem_raw + Cfg::kUnionListOffset) : nullptr;
   uint32_t* sUnion = sUnionBase;  // the current item's (persistent: one of two)
   const uint32_t full_bar32 = mma::smem_addr(sBar);           // + 8 * stage: the producer's arrivals
   const uint32_t empty_bar = full_bar32 + 8u * kStages;       // + 8 * stage
@@ -189,7 +191,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
         item_clock.head_lap(6);
         phase_mark(PhaseKernel::kAttend, 1);
       }
-      item.count_union(sUnion, sCount, tid, Cfg::kThreads, lane);
+      item.count_union(sUnion, sCount, tid, Cfg::kThreads, lane, sUnionList);
       mma::cp_async_wait<0>();
       if (tid == 0) item_clock.head_lap(7);
       if constexpr (Cfg::kWgmma) wgmma::fence_proxy_async();  // Q is read by the tensor cores
@@ -364,6 +366,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     if (plan.use_table) {
       fill_bias_table<Cfg>(TableFill{a, item.sp, item.seq, item.kv_head, warp, lane, g, row_a, row_b, plan.n_pairs,
                                      plan.n_tokens_cta, per_tile, plan.cursor, sUnion, item.union_words,
+                                     kPersistent ? nullptr : item.union_list(sUnionList), int(plan.tile_start),
                                      reinterpret_cast<unsigned char*>(sRing), sTable, plan.stage_kbar,
                                      kPersistent ? 0u : ring_free_bar, kPersistent ? pi.kbar_stage : nullptr},
                            q_fragment, row_bias_of, consumers_sync);

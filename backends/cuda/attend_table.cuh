@@ -34,6 +34,8 @@ struct TableFill {
   TileCursor cursor;
   const uint32_t* sUnion;
   int union_words;
+  const uint16_t* union_list;  // the union's tiles in order (AttendItem::count_union), or null
+  int list_start;              // the rank of the item's first tile in it
   unsigned char* sRing;
   float* sTable;
   bool stage_kbar;         // stage the k̄ columns in shared memory (the wide tilings)
@@ -48,22 +50,30 @@ struct TableFill {
 // the tiles of the n-tile's ranks together: a window of 32 union words, a lane per word, their counts scanned over
 // the warp, and each lane's word found by a binary search over the scan (five shuffles). The window stays where
 // the last call ended. (A lane walking the words from a cursor, one dependent load per word, took ~1.1 us per
-// n-tile of a 64K CTA at 93.75 %, whose tiles are about one per word; perf-log.md, seventeenth pass.)
+// n-tile of a 64K CTA at 93.75 %, whose tiles are about one per word; perf-log.md, seventeenth pass.) Where the
+// kernel has the union as a list of tiles, a lane reads its tile from there instead.
 struct PairColumns {
   const uint32_t* sUnion;
   TileCursor start;  // the item's first tile (rank 0): its word, with the bits before it cleared
   int union_words, n_pairs, per_tile, log2_chunk;
+  const uint16_t* list;  // the union's tiles from the item's first (null: scan the words)
   int w0;    // first word of the window
   int base;  // tiles of the item before the window
   __device__ __forceinline__ PairColumns(TileCursor cursor, const uint32_t* words, int words_in_union, int pairs,
-                                         int tile_chunks, int log2_c)
+                                         int tile_chunks, int log2_c, const uint16_t* union_list = nullptr,
+                                         int list_start = 0)
       : sUnion(words), start(cursor), union_words(words_in_union), n_pairs(pairs), per_tile(tile_chunks),
-        log2_chunk(log2_c), w0(cursor.word), base(0) {}
+        log2_chunk(log2_c), list(union_list != nullptr ? union_list + list_start : nullptr), w0(cursor.word),
+        base(0) {}
   __device__ __forceinline__ int64_t column(int p0, int lane) {
     if (p0 >= n_pairs) return -1;  // warp-uniform
     // per_tile is 1, 2 or 4 and divides 8, so an n-tile's 8 pairs start on a tile.
     const int log2_per_tile = per_tile == 1 ? 0 : (per_tile == 2 ? 1 : 2);
     const int p = p0 + lane / 4;
+    if (list != nullptr) {
+      if (p >= n_pairs) return -1;
+      return ((int64_t(list[p >> log2_per_tile]) * kTileKeys) >> log2_chunk) + (p & (per_tile - 1));
+    }
     const int k = p < n_pairs ? (p >> log2_per_tile) : -1;       // this lane's tile rank
     const int k_last = ::min(p0 + 7, n_pairs - 1) >> log2_per_tile;  // the n-tile's last rank (warp-uniform)
     int64_t my_c = -1;
@@ -150,12 +160,11 @@ __device__ __forceinline__ void fill_bias_table(const TableFill& f, QFragment&& 
   const bool prestaged = f.staging != nullptr;
   const int staging_stages = Cfg::kbar_staging_stages(n_pairs);
   unsigned char* sRing = prestaged ? f.staging : f.sRing + size_t(Cfg::kStages - staging_stages) * kStageBytes;
-  const int kStagedCols =
-      prestaged ? Cfg::kPrepStagedCols : int(size_t(staging_stages) * kStageBytes / kColBytes) / 8 * 8;
+  const int kStagedCols = prestaged ? Cfg::kPrepStagedCols : Cfg::kbar_staged_cols(staging_stages);
   const Element* summ = static_cast<const Element*>(a.summaries.data);
   const int64_t n_routable = routable_chunks(sp.n_k, a.log2_chunk);
   const bool writer = (lane / 4) % g == 0;  // the first row of its token (g divides 8, or row 0 with g = 16)
-  PairColumns cols(f.cursor, sUnion, f.union_words, n_pairs, per_tile, a.log2_chunk);
+  PairColumns cols(f.cursor, sUnion, f.union_words, n_pairs, per_tile, a.log2_chunk, f.union_list, f.list_start);
   auto load_column = [&](int64_t my_c, uint32_t (&kbf)[Cfg::kKSteps][2]) {
     const bool ok = my_c >= 0 && my_c < n_routable;
     const uint32_t* kp =
@@ -175,7 +184,8 @@ __device__ __forceinline__ void fill_bias_table(const TableFill& f, QFragment&& 
   // with the B fragment of n-tile u at k-step kk from b_frag(u, kk, b0, b1), k-step by k-step: one Q fragment per
   // k-step serves all n-tiles, whose MMA chains are then in flight together (one n-tile at a time, the fill was
   // latency-bound: ~1000 cycles per n-tile; perf-log.md, eighth pass). p0 only decides the profiling build's mark.
-  auto table_x = [&](int p0, auto& xs, auto&& b_frag) {
+  // Only n-tiles u < n_live are computed (warp-uniform; the others stay 0).
+  auto table_x = [&](int p0, auto& xs, auto&& b_frag, int n_live = 1 << 30) {
     constexpr int kN = int(sizeof(xs) / sizeof(xs[0]));
 #pragma unroll
     for (int u = 0; u < kN; ++u) xs[u][0] = xs[u][1] = xs[u][2] = xs[u][3] = 0.0f;
@@ -185,9 +195,11 @@ __device__ __forceinline__ void fill_bias_table(const TableFill& f, QFragment&& 
       q_fragment(kk, qa);
 #pragma unroll
       for (int u = 0; u < kN; ++u) {
-        uint32_t b0, b1;
-        b_frag(u, kk, b0, b1);
-        mma::mma_16816<Element>(xs[u], qa, b0, b1);
+        if (u < n_live) {
+          uint32_t b0, b1;
+          b_frag(u, kk, b0, b1);
+          mma::mma_16816<Element>(xs[u], qa, b0, b1);
+        }
       }
     }
     if (tid == 0 && p0 == first) phase_mark_ready(PhaseKernel::kAttend, 4, xs[0][0]);
@@ -212,6 +224,8 @@ __device__ __forceinline__ void fill_bias_table(const TableFill& f, QFragment&& 
     // Rounds of up to kStagedCols columns: warp w copies n-tiles w, w + kWarps, ... of the round; then every
     // warp builds its own rows' entries for all of them from shared memory.
     const uint32_t* staged = reinterpret_cast<const uint32_t*>(sRing);
+    TableClock clock;  // profiling build only (phase_clocks.cuh)
+    if (tid == 0) clock.start();
     for (int base = 0; base < n_pairs; base += kStagedCols) {
       const int round_pairs = ::min(kStagedCols, n_pairs - base);
       if (base > 0) {  // every warp is done with the previous round's columns (reconverged after the writes)
@@ -220,30 +234,32 @@ __device__ __forceinline__ void fill_bias_table(const TableFill& f, QFragment&& 
       }
       if (base > 0 || !prestaged) {
         copy_kbar_columns<Cfg>(a, sp, seq, kv_head, cols, base, round_pairs, 8 * warp, 8 * Cfg::kWarps, lane, sRing);
+        if (tid == 0) clock.lap(0);
         mma::cp_async_wait<0>();
         __syncwarp();
         consumers_sync();  // every warp's columns are in
+        if (tid == 0) clock.lap(1);
       }
       if (g == 16) {
         // A warp's 16 rows are one token, and after the group sums every lane holds the sums of its two columns:
         // four n-tiles' 32 sums go to one lane each (lane L: pair p0 + L), so that one logarithm per lane makes
         // 32 entries instead of 8 (the logarithms were most of the fill's instructions; perf-log.md).
         constexpr int kBatch = 4;
-        const int last_tile = base + (round_pairs - 1) / 8 * 8;  // the round's last n-tile
         for (int p0 = base; p0 < base + round_pairs; p0 += 8 * kBatch) {
           float mine = 0.0f;
-          // An n-tile past the round recomputes its last one; those lanes write nothing.
+          // The round's last batch computes only its n-tiles (the lanes past the round write nothing).
+          const int n_live = ::min(kBatch, (base + round_pairs - p0 + 7) / 8);
           const uint32_t* col[kBatch];
 #pragma unroll
-          for (int u = 0; u < kBatch; ++u)
-            col[u] = staged + size_t(::min(p0 + 8 * u, last_tile) - base + lane / 4) * (kColBytes / 4) + t4;
+          for (int u = 0; u < kBatch; ++u) col[u] = staged + size_t(p0 + 8 * u - base + lane / 4) * (kColBytes / 4) + t4;
           float xs[kBatch][4];
           table_x(p0, xs, [&](int u, int kk, uint32_t& b0, uint32_t& b1) {
             b0 = col[u][kk * 8];
             b1 = col[u][kk * 8 + 4];
-          });
+          }, n_live);
 #pragma unroll
           for (int u = 0; u < kBatch; ++u) {
+            if (u >= n_live) break;
             float sa0, sa1, sb0, sb1;
             bias.group_sums(xs[u], sa0, sa1, sb0, sb1);
             // Pair q = L % 8 of n-tile u is column 2 t4 + e of lane t4 = q / 2, e = q % 2.
@@ -264,6 +280,7 @@ __device__ __forceinline__ void fill_bias_table(const TableFill& f, QFragment&& 
           });
         }
       }
+      if (tid == 0) clock.lap(2);
     }
     // The ring goes to the producer: each lane's arrival releases its own reads of the staged columns (an
     // mbarrier, as for the ring's stages; a named barrier between the two roles was not racecheck-clean). Each

@@ -187,6 +187,19 @@ constexpr int kHeadSegments = 9;
 static __device__ unsigned long long g_item_cycles[kItemSegments];
 static __device__ unsigned long long g_item_count;
 static __device__ unsigned long long g_head_cycles[kHeadSegments];
+// The bias table's segments (fill_bias_table, staged columns; thread 0's view, summed over rounds): 0 the column
+// copies issued, 1 their wait and the consumers' barrier, 2 the entries computed and written.
+constexpr int kTableSegments = 3;
+static __device__ unsigned long long g_table_cycles[kTableSegments];
+struct TableClock {
+  long long t = 0;
+  __device__ __forceinline__ void start() { t = clock64(); }
+  __device__ __forceinline__ void lap(int seg) {
+    const long long now = clock64();
+    atomicAdd(&g_table_cycles[seg], static_cast<unsigned long long>(now - t));
+    t = now;
+  }
+};
 struct ItemClock {
   long long t = 0, th = 0;
   __device__ __forceinline__ void start() { t = th = clock64(); }
@@ -211,11 +224,18 @@ static __global__ void item_clock_report() {
          "(init / tau-mu / q issue / zero / barrier / union / barrier / q / plan)\n",
          g_head_cycles[0] / n, g_head_cycles[1] / n, g_head_cycles[2] / n, g_head_cycles[3] / n, g_head_cycles[4] / n,
          g_head_cycles[5] / n, g_head_cycles[6] / n, g_head_cycles[7] / n, g_head_cycles[8] / n);
+  printf("table %.0f / %.0f / %.0f (issue / wait / compute)\n", g_table_cycles[0] / n, g_table_cycles[1] / n,
+         g_table_cycles[2] / n);
+  for (int i = 0; i < kTableSegments; ++i) g_table_cycles[i] = 0;
   for (int i = 0; i < kItemSegments; ++i) g_item_cycles[i] = 0;
   for (int i = 0; i < kHeadSegments; ++i) g_head_cycles[i] = 0;
   g_item_count = 0;
 }
 #else
+struct TableClock {
+  __device__ __forceinline__ void start() {}
+  __device__ __forceinline__ void lap(int) {}
+};
 struct ItemClock {
   __device__ __forceinline__ void start() {}
   __device__ __forceinline__ void lap(int) {}
