@@ -13,6 +13,29 @@
 
 namespace dashattn::cuda {
 
+// Rows r, r + step, ... of an item as (token in the CTA, head of the group): the division by g happens once, then
+// each step advances by a fixed number of tokens and heads. (The CTA's head is issue-bound: with a division per
+// row the Q copy's issue took 2.2 K cycles of a chunk-draw CTA at 32K / 87.5 % on an H100, 1.1 K with this;
+// perf-log.md, thirtieth pass.)
+struct RowCursor {
+  int token_in_cta, head;
+  int g, step_tokens, step_heads;
+  __device__ __forceinline__ RowCursor(int r_off, int r, int step, int group) : g(group) {
+    token_in_cta = (r_off + r) / g;
+    head = r_off + r - token_in_cta * g;
+    step_tokens = step / g;
+    step_heads = step - step_tokens * g;
+  }
+  __device__ __forceinline__ void advance() {
+    token_in_cta += step_tokens;
+    head += step_heads;
+    if (head >= g) {
+      head -= g;
+      ++token_in_cta;
+    }
+  }
+};
+
 template <class Cfg>
 struct AttendItem {
   using Element = typename Cfg::Element;
@@ -54,28 +77,16 @@ struct AttendItem {
                              a.q.offset(sp.batch_index, sp.q_begin + first_token, int64_t(kv_head) * g);
     const int rows_here = int(::min(int64_t(Cfg::kRows), rows_in_seq - row0));
     // Every thread keeps its piece and steps nt / kRowPieces rows at a time (nt is whole warps, and a row's pieces
-    // divide 32): its (token, head) advance by a fixed amount, so the division by g happens once per thread, not
-    // once per piece. The CTA's head is issue-bound (all its warps run this copy together): the copy's issue went
-    // from 2.2 K to 1.1 K cycles of a chunk-draw CTA at 32K / 87.5 % on an H100, prefill Stage 2 1-2.7 % faster
-    // (perf-log.md, thirtieth pass).
+    // divide 32), through a RowCursor (prefill Stage 2 1-2.7 % faster than a division per piece).
     static_assert(32 % Cfg::kRowPieces == 0, "a warp's lanes cover whole rows of pieces");
     const int piece = t0 % Cfg::kRowPieces;
     const int step = nt / Cfg::kRowPieces;
-    const int step_tokens = step / g, step_heads = step - step_tokens * g;
     int r = t0 / Cfg::kRowPieces;
-    int token_in_cta, head;
-    split_row(r, token_in_cta, head);
-    for (; r < Cfg::kRows; r += step) {
+    for (RowCursor rc(r_off, r, step, g); r < Cfg::kRows; r += step, rc.advance()) {
       const bool ok = r < rows_here;
       const Element* src =
-          ok ? q_first + token_in_cta * a.q.stride[1] + head * a.q.stride[2] + piece * 8 : q_first;
+          ok ? q_first + rc.token_in_cta * a.q.stride[1] + rc.head * a.q.stride[2] + piece * 8 : q_first;
       mma::cp_async_16(sQ + q_swz<Cfg::kRows>(r, piece * 8), src, ok ? 16 : 0);
-      token_in_cta += step_tokens;
-      head += step_heads;
-      if (head >= g) {
-        head -= g;
-        ++token_in_cta;
-      }
     }
     mma::cp_async_commit();
   }
@@ -122,7 +133,9 @@ struct AttendItem {
 
   // The union's tile count into counts[0], by whole warps (threads t0, t0 + nt, ...). With `list` (room for 1024
   // tiles) and a union of at most 32 words, warp 0 alone, a lane per word, also writes the union's tiles there in
-  // ascending order (union_list() says whether it did).
+  // ascending order (union_list() says whether it did). (Every warp writing the tiles at its own bit positions
+  // instead took ~1 K cycles off a per-token CTA's head, but cost chunk draws 1.5-3 % of Stage 2; perf-log.md,
+  // thirty-second pass.)
   __device__ __forceinline__ void count_union(const uint32_t* words, int* counts, int t0, int nt, int lane,
                                               uint16_t* list = nullptr) const {
     if (list != nullptr && union_words <= 32) {

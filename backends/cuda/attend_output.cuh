@@ -11,6 +11,15 @@
 
 namespace dashattn::cuda {
 
+// The row's lse (write_output_row's rules for rows past the sequence); the staged path writes it alone.
+__device__ __forceinline__ void write_lse_row(const AttendArgs& a, const SequenceSpan& sp, int kv_head, int64_t token,
+                                              int head_in_group, bool valid, float lse) {
+  if (token >= a.batch.padded_n_q || !a.lse.defined()) return;
+  if (!valid && a.batch.cu_seqlens_q != nullptr) return;
+  static_cast<float*>(a.lse.data)[row_output_offset(a.lse, sp, kv_head * a.group + head_in_group, token)] =
+      valid ? lse : -INFINITY;
+}
+
 // The row of (token, head of the group head_in_group), held by this thread as fragment row half (0: lane / 4, 1:
 // lane / 4 + 8) of acc_o, columns nt * 8 + 2 t4 and + 1. inv = 1 / l (0 for an empty row), lse in natural log units.
 template <class Cfg>
@@ -35,9 +44,8 @@ __device__ __forceinline__ void write_output_row(const AttendArgs& a, const Sequ
     if (t4 == 0) a.part_lse[int64_t(split) * split_rows + row_id] = lse;
     return;
   }
+  if (t4 == 0) write_lse_row(a, sp, kv_head, token, head_in_group, valid, lse);
   if (!valid && a.batch.cu_seqlens_q != nullptr) return;
-  if (a.lse.defined() && t4 == 0)
-    static_cast<float*>(a.lse.data)[row_output_offset(a.lse, sp, head, token)] = valid ? lse : -INFINITY;
   const float f = valid ? inv : 0.0f;
   const int64_t base = a.o.offset(sp.batch_index, sp.q_begin + token, head);
   if (a.o_dtype == DType::kF32) {
@@ -99,36 +107,19 @@ __device__ __forceinline__ void store_staged_rows(const AttendArgs& a, const Att
   const int g = item.g;
   const int piece = lane % kPieces;
   int r = slab_row + lane / kPieces;
-  int token_in_cta, head;
-  item.split_row(r, token_in_cta, head);
-  const int step_tokens = kRowsPerStore / g, step_heads = kRowsPerStore - step_tokens * g;
+  RowCursor rc(item.r_off, r, kRowsPerStore, g);
   Element* o = static_cast<Element*>(a.o.data) +
                a.o.offset(item.sp.batch_index, item.sp.q_begin + item.first_token, int64_t(item.kv_head) * g) +
                piece * 8;
   const bool packed = a.batch.cu_seqlens_q != nullptr;
 #pragma unroll
-  for (int i = 0; i < 16 / kRowsPerStore; ++i, r += kRowsPerStore) {
+  for (int i = 0; i < 16 / kRowsPerStore; ++i, r += kRowsPerStore, rc.advance()) {
     const bool valid = item.row0 + r < item.rows_in_seq;
-    if (item.first_token + token_in_cta < a.batch.padded_n_q && (valid || !packed)) {
+    if (item.first_token + rc.token_in_cta < a.batch.padded_n_q && (valid || !packed)) {
       const uint4 v = *reinterpret_cast<const uint4*>(sQ + q_swz<Cfg::kRows>(r, piece * 8));
-      *reinterpret_cast<uint4*>(o + token_in_cta * a.o.stride[1] + head * a.o.stride[2]) = v;
-    }
-    token_in_cta += step_tokens;
-    head += step_heads;
-    if (head >= g) {
-      head -= g;
-      ++token_in_cta;
+      *reinterpret_cast<uint4*>(o + rc.token_in_cta * a.o.stride[1] + rc.head * a.o.stride[2]) = v;
     }
   }
-}
-
-// The row's lse alone (write_output_row's rules), for the staged path.
-__device__ __forceinline__ void write_lse_row(const AttendArgs& a, const SequenceSpan& sp, int kv_head, int64_t token,
-                                              int head_in_group, bool valid, float lse) {
-  if (token >= a.batch.padded_n_q || !a.lse.defined()) return;
-  if (!valid && a.batch.cu_seqlens_q != nullptr) return;
-  static_cast<float*>(a.lse.data)[row_output_offset(a.lse, sp, kv_head * a.group + head_in_group, token)] =
-      valid ? lse : -INFINITY;
 }
 
 }  // namespace dashattn::cuda
