@@ -180,13 +180,11 @@ struct ConsumerRowBias {
   }
   // The bias of row a's token (lane / 4) from a group sum.
   __device__ __forceinline__ float row_a_bias(float sum) const { return bias_of(sum, row_tau_mu[lane / 4].y); }
-  // Group sums of the n-tile's columns 2 t4 and 2 t4 + 1 (chunks) for this thread's two rows, from x (columns 4..7
-  // repeat rows 0..3 of the buffer): each head's entmax weight summed over its token's rows (the butterfly below).
-  __device__ __forceinline__ void group_sums(const float (&x)[4], float& sa0, float& sa1, float& sb0,
-                                             float& sb1) const {
+  // The heads' entmax weights of x (columns 2 t4 and 2 t4 + 1 of an n-tile) for this thread's two rows.
+  __device__ __forceinline__ void head_weights(const float (&x)[4], float& wa0, float& wa1, float& wb0,
+                                               float& wb1) const {
     const float x_scale = (a.alpha - 1.0f) * a.gamma * rsqrtf(float(kHeadDim));
     const float tau_a = row_tau_mu[lane / 4].x, tau_b = row_tau_mu[lane / 4 + 8].x;
-    float wa0, wa1, wb0, wb1;
     if (a.alpha == 1.5f) {
       // entmax_weight's values for alpha = 1.5, [y]_+^2, by selects: one (uniform) branch per call here instead
       // of a branch region per weight, which the compiler made of the call's clamp and alpha tests (the bias
@@ -205,16 +203,24 @@ struct ConsumerRowBias {
       wb0 = entmax_weight(x_scale * x[2], tau_b, a.alpha);
       wb1 = entmax_weight(x_scale * x[3], tau_b, a.alpha);
     }
+  }
+  // Group sums of the n-tile's columns 2 t4 and 2 t4 + 1 (chunks) for this thread's two rows, from x (columns 4..7
+  // repeat rows 0..3 of the buffer): each head's entmax weight summed over its token's rows (the butterfly below).
+  __device__ __forceinline__ void group_sums(const float (&x)[4], float& sa0, float& sa1, float& sb0,
+                                             float& sb1) const {
+    float wa0, wa1, wb0, wb1;
+    head_weights(x, wa0, wa1, wb0, wb1);
     // The group sum: a token's g rows are g consecutive fragment rows (lane groups lane / 4, and for g = 16 both
     // halves), so a butterfly over those lanes adds them in a fixed order that every Stage-2 path shares (a decode
-    // step and its prefill row rebuild bitwise-equal biases). It is not group_weight's head order, which changes the
-    // bias by a rounding at most; the mask bit, not the weight, decides what is routed.
+    // step and its prefill row rebuild bitwise-equal biases; group_sums16_scattered adds in the same order). It is
+    // not group_weight's head order, which changes the bias by a rounding at most; the mask bit, not the weight,
+    // decides what is routed.
     sa0 = wa0, sa1 = wa1, sb0 = wb0, sb1 = wb1;
     if (g == 16) {
       sa0 += wb0;
       sa1 += wb1;
 #pragma unroll
-      for (int off = 4; off < 32; off <<= 1) {
+      for (int off = 16; off >= 4; off >>= 1) {
         sa0 += __shfl_xor_sync(0xffffffffu, sa0, off);
         sa1 += __shfl_xor_sync(0xffffffffu, sa1, off);
       }
@@ -229,6 +235,31 @@ struct ConsumerRowBias {
         sb1 += __shfl_xor_sync(0xffffffffu, sb1, off);
       }
     }
+  }
+  // g = 16, four n-tiles xs[u] at once: the group sum of one column per lane, column 2 t4 + k % 2 of n-tile k / 2
+  // with k = lane / 4 % 8. The butterfly's additions, in its order, as a reduce-scatter: at each lane bit (16, 8,
+  // then 4) a lane keeps half of its sums and adds its partner's share of that half, so the 32 sums take 7 shuffles
+  // instead of 24 plus 8 to gather them (bitwise the butterfly's sums: the same operands added in the same order).
+  __device__ __forceinline__ float group_sums16_scattered(const float (&xs)[4][4]) const {
+    float v[8];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      float wa0, wa1, wb0, wb1;
+      head_weights(xs[u], wa0, wa1, wb0, wb1);
+      v[2 * u] = wa0 + wb0;
+      v[2 * u + 1] = wa1 + wb1;
+    }
+#pragma unroll
+    for (int half = 4, bit = 16; half >= 1; half >>= 1, bit >>= 1) {
+      const bool upper = (lane & bit) != 0;
+#pragma unroll
+      for (int j = 0; j < half; ++j) {
+        const float send = upper ? v[j] : v[j + half];
+        const float keep = upper ? v[j + half] : v[j];
+        v[j] = keep + __shfl_xor_sync(0xffffffffu, send, bit);
+      }
+    }
+    return v[0];
   }
   // The biases of this thread's two rows for columns 2 t4 and 2 t4 + 1 of x.
   __device__ __forceinline__ void group_bias(const float (&x)[4], float& ba0, float& ba1, float& bb0,

@@ -241,12 +241,11 @@ __device__ __forceinline__ void fill_bias_table(const TableFill& f, QFragment&& 
         if (tid == 0) clock.lap(1);
       }
       if (g == 16) {
-        // A warp's 16 rows are one token, and after the group sums every lane holds the sums of its two columns:
-        // four n-tiles' 32 sums go to one lane each (lane L: pair p0 + L), so that one logarithm per lane makes
-        // 32 entries instead of 8 (the logarithms were most of the fill's instructions; perf-log.md).
+        // A warp's 16 rows are one token: four n-tiles' 32 group sums end in one lane each (a reduce-scatter), so
+        // that one logarithm per lane makes 32 entries instead of 8 (the logarithms were most of the fill's
+        // instructions; perf-log.md).
         constexpr int kBatch = 4;
         for (int p0 = base; p0 < base + round_pairs; p0 += 8 * kBatch) {
-          float mine = 0.0f;
           // The round's last batch computes only its n-tiles (the lanes past the round write nothing).
           const int n_live = ::min(kBatch, (base + round_pairs - p0 + 7) / 8);
           const uint32_t* col[kBatch];
@@ -257,19 +256,12 @@ __device__ __forceinline__ void fill_bias_table(const TableFill& f, QFragment&& 
             b0 = col[u][kk * 8];
             b1 = col[u][kk * 8 + 4];
           }, n_live);
-#pragma unroll
-          for (int u = 0; u < kBatch; ++u) {
-            if (u >= n_live) break;
-            float sa0, sa1, sb0, sb1;
-            bias.group_sums(xs[u], sa0, sa1, sb0, sb1);
-            // Pair q = L % 8 of n-tile u is column 2 t4 + e of lane t4 = q / 2, e = q % 2.
-            const float s0 = __shfl_sync(0xffffffffu, sa0, (lane % 8) / 2);
-            const float s1 = __shfl_sync(0xffffffffu, sa1, (lane % 8) / 2);
-            if (lane / 8 == u) mine = lane % 2 ? s1 : s0;
-          }
-          const float b = bias.row_a_bias(mine);
-          if (p0 + lane < base + round_pairs && row_a.valid)
-            sTable[(p0 + lane) * n_tokens_cta + row_a.token_slot] = b;
+          // Lane L holds the sum of pair p0 + 8 (k / 2) + 2 t4 + k % 2, k = L / 4 % 8 (n-tile k / 2, its column
+          // 2 t4 + k % 2).
+          const float b = bias.row_a_bias(bias.group_sums16_scattered(xs));
+          const int k = (lane / 4) % 8;
+          const int p = p0 + 8 * (k / 2) + 2 * t4 + k % 2;
+          if (p < base + round_pairs && row_a.valid) sTable[p * n_tokens_cta + row_a.token_slot] = b;
         }
       } else {
         for (int p0 = base; p0 < base + round_pairs; p0 += 8) {
