@@ -142,12 +142,7 @@ struct AttendItem {
       if (t0 >= 32) return;
       const uint32_t bits = lane < union_words ? words[lane] : 0u;
       const int count = __popc(bits);
-      int incl = count;
-#pragma unroll
-      for (int off = 1; off < 32; off <<= 1) {
-        const int t = __shfl_up_sync(0xffffffffu, incl, off);
-        if (lane >= off) incl += t;
-      }
+      const int incl = warp_inclusive_sum(count, lane);
       if (lane == 31 && incl) atomicAdd(&counts[0], incl);
       int at = incl - count;
       for (uint32_t b = bits; b != 0u; b &= b - 1u) list[at++] = uint16_t(lane * 32 + __ffs(b) - 1);

@@ -81,12 +81,7 @@ struct PairColumns {
       const int w = w0 + lane;
       const uint32_t bits = w == start.word ? start.bits : (w < union_words ? sUnion[w] : 0u);
       const int count = __popc(bits);
-      int incl = count;
-#pragma unroll
-      for (int off = 1; off < 32; off <<= 1) {
-        const int t = __shfl_up_sync(0xffffffffu, incl, off);
-        if (lane >= off) incl += t;
-      }
+      const int incl = warp_inclusive_sum(count, lane);
       const int total = __shfl_sync(0xffffffffu, incl, 31);
       // The first lane whose inclusive count passes this lane's rank within the window.
       const int kk = k - base;
