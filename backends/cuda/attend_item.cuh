@@ -10,6 +10,7 @@
 #include "attend_config.cuh"
 #include "attend_masks.cuh"
 #include "mma_tiles.cuh"
+#include "warp_scan.cuh"
 
 namespace dashattn::cuda {
 

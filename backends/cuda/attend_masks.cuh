@@ -27,16 +27,6 @@ __device__ __forceinline__ uint32_t low_bits32(int64_t n) {
   return (1u << n) - 1u;
 }
 
-// Inclusive prefix sum of v over the warp's lanes (lane i gets v_0 + ... + v_i).
-__device__ __forceinline__ int warp_inclusive_sum(int v, int lane) {
-#pragma unroll
-  for (int off = 1; off < 32; off <<= 1) {
-    const int t = __shfl_up_sync(0xffffffffu, v, off);
-    if (lane >= off) v += t;
-  }
-  return v;
-}
-
 // One query row as the mask logic sees it.
 struct RowRouting {
   const uint32_t* mask_row;  // words of this query's mask row (null in dense mode)

@@ -19,6 +19,7 @@
 #include "attend_bias.cuh"
 #include "attend_config.cuh"
 #include "mma_tiles.cuh"
+#include "warp_scan.cuh"
 #include "phase_clocks.cuh"
 
 namespace dashattn::cuda {

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "warp_scan.cuh"
+
 namespace dashattn {
 namespace cuda {
 namespace route_detail {
@@ -57,16 +59,6 @@ __device__ __forceinline__ int compact_list(float* vals, uint16_t* ids, int n, f
 __device__ __forceinline__ float quad_max(float v) {
   v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
   return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
-}
-
-// Inclusive prefix sum of v over the lanes of a (converged) warp.
-__device__ __forceinline__ int warp_inclusive_sum(int v, int lane) {
-#pragma unroll
-  for (int off = 1; off < 32; off <<= 1) {
-    const int up = __shfl_up_sync(0xffffffffu, v, off);
-    if (lane >= off) v += up;
-  }
-  return v;
 }
 
 }  // namespace route_detail
