@@ -80,13 +80,7 @@ TEST_CASE("cuda forward without a workspace: the same bytes on a caller's stream
     const ref::Problem pr = ref::make_problem(spec(2, sh.n_q, sh.n_k, 8, 2, 128, DType::kBF16, 4.0, 11));
     MethodParams m;
     ref::DeviceProblem dev = ref::upload_problem(be, pr);
-    ForwardParams p;
-    p.q = dev.q.view;
-    p.k = dev.k.view;
-    p.v = dev.v.view;
-    p.summary_query = dev.summary_query.view;
-    p.batch = dev.layout;
-    p.method = m;
+    ForwardParams p = ref::forward_inputs(dev, m);
 
     cudaStream_t stream = nullptr;
     check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");

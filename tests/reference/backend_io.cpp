@@ -75,6 +75,17 @@ DeviceProblem upload_problem(Backend& backend, const Problem& pr) {
   return d;
 }
 
+ForwardParams forward_inputs(const DeviceProblem& dev, const MethodParams& method) {
+  ForwardParams p;
+  p.q = dev.q.view;
+  p.k = dev.k.view;
+  p.v = dev.v.view;
+  p.summary_query = dev.summary_query.view;
+  p.batch = dev.layout;
+  p.method = method;
+  return p;
+}
+
 std::vector<Backend*> available_backends(std::vector<std::string>* unavailable_reasons) {
   std::vector<Backend*> out;
   for (Backend* be : Registry::instance().all()) {

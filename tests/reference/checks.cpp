@@ -86,11 +86,7 @@ RunResult run_forward(Backend& backend, const Problem& pr, const MethodParams& m
   DeviceTensor o = upload(backend, out.o), lse = upload(backend, out.lse), mask = upload(backend, out.mask),
                tau = upload(backend, out.tau), mu = upload(backend, out.mu), active = upload(backend, out.active),
                summaries = upload(backend, out.summaries);
-  ForwardParams p;
-  p.q = dev.q.view;
-  p.k = dev.k.view;
-  p.v = dev.v.view;
-  p.summary_query = dev.summary_query.view;
+  ForwardParams p = forward_inputs(dev, method);
   p.summaries = summaries.view;
   p.o = o.view;
   p.lse = lse.view;
@@ -98,8 +94,6 @@ RunResult run_forward(Backend& backend, const Problem& pr, const MethodParams& m
   p.routing.tau = tau.view;
   p.routing.mu = mu.view;
   p.routing.active_chunks = active.view;
-  p.batch = dev.layout;
-  p.method = method;
   DeviceTensor pool_k, pool_v;
   DeviceBuffer table;
   if (opt.page_size > 0) {
