@@ -44,6 +44,9 @@ struct AttendArgs {
   float scale_log2 = 0.0f;  // softmax scale * log2(e)
   bool dense = false;       // every causally visible key attended (the dense baseline)
   bool use_tma = false;     // sm_90 kernels: whole K/V tiles by tensor copy (the tensor maps are kernel params)
+  // sm_90 wide tilings: a CTA's Q rows by tensor copy (one thread issues them, so the CTA's other threads start on
+  // the union at once), and a warp's 16 staged o rows by a tensor store where they are all in the sequence.
+  bool q_tma = false, o_tma = false;
 
   // Split-KV (decode): split z of a row block takes the z-th equal share of the active tiles of its union and
   // writes an fp32 partial (normalized o and lse), merged by combine_splits_kernel. 1 writes o / lse directly.

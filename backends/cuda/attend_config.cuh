@@ -92,8 +92,9 @@ struct AttendConfig {
   static constexpr int kKbarRowElems = kHeadDim + 8;
   static constexpr uint32_t kKbarStageBytes = 4u * kKbarRowElems * sizeof(Element);
   static constexpr size_t kKbarBytes = kConsumerBias ? size_t(kStages) * kKbarStageBytes : 0;
-  // Full and empty barriers, two counters, the ring hand-over barrier, full barriers that count the record warp.
-  static constexpr size_t kBarrierBytes = size_t(3 * kStages) * 8 + 16;
+  // Full and empty barriers, two counters, the ring hand-over barrier, full barriers that count the record warp,
+  // the Q tensor copy's barrier (and 8 bytes that keep the records after it 16-byte aligned).
+  static constexpr size_t kBarrierBytes = size_t(3 * kStages) * 8 + 32;
   // Warpgroup tilings: the record of each stage that the record warp (attend_tile_records) writes before its
   // arrival on the stage's full barrier: the tile index, which warpgroups attend it (a bit each) and each token's
   // attended keys, so that the consumers neither walk the union nor read mask words nor vote per tile.

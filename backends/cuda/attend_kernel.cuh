@@ -80,7 +80,8 @@ namespace dashattn::cuda {
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     attend_kernel(const AttendArgs a, const __grid_constant__ CUtensorMap tmap_k,
-                  const __grid_constant__ CUtensorMap tmap_v) {
+                  const __grid_constant__ CUtensorMap tmap_v, const __grid_constant__ CUtensorMap tmap_q,
+                  const __grid_constant__ CUtensorMap tmap_o) {
   using Element = typename Cfg::Element;
   constexpr int D = Cfg::kHeadDim;
   constexpr int kStages = Cfg::kStages;
@@ -106,6 +107,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   // Full barriers that also count the record warp's arrivals (warpgroup tilings; attend_tile_records), taken by a
   // CTA that runs the warpgroup path: the per-warp path's CTAs keep the producer's alone.
   const uint32_t full_bar64 = ring_free_bar + 8u;
+  // Completes when the CTA's Q rows have landed (a.q_tma: one tensor copy per 64-column block).
+  const uint32_t q_bar = full_bar64 + 8u * kStages;
   // Persistent: the helpers' per-item buffers (AttendConfig::kPrepBytes) and the two unions (attend_persistent.cuh).
   const int64_t max_union_words = ceil_div(ceil_div(a.batch.padded_n_k, kTileKeys), 32) + 1;
   const PersistentItems pi = PersistentItems::carve<Cfg>(
@@ -144,9 +147,25 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       mma::mbar_init(empty_bar + 8u * s, uint32_t(Cfg::kTileSplit ? 32 : Cfg::kWarps * 32));
     }
     mma::mbar_init(ring_free_bar, uint32_t(Cfg::kWarps * 32));
+    mma::mbar_init(q_bar, 1u);
     if constexpr (kPersistent) pi.init_barriers<Cfg>();
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     mma::fence_barrier_init();
+    if constexpr (!kPersistent) {
+      // The rows are whole tokens here (the launcher sets q_tma only where g divides kRows): one box of kRows / g
+      // tokens x g heads per 64 columns, written in q_swz's layout; tokens past the tensor read as zeros, and a
+      // packed batch's rows of the next sequence are never used (their keys are all masked, their o not stored).
+      if (a.q_tma && item.any_rows) {
+        constexpr uint32_t kQBlockBytes = uint32_t(Cfg::kRows) * 128u;
+        mma::mbar_expect_tx(q_bar, uint32_t(Cfg::kQBytes));
+        mma::mbar_arrive(q_bar);
+        const uint32_t sQ_addr = mma::smem_addr(sQ);
+#pragma unroll
+        for (int cb = 0; cb < D / 64; ++cb)
+          mma::tma_load_4d(sQ_addr + uint32_t(cb) * kQBlockBytes, &tmap_q, q_bar, cb * 64, item.kv_head * g,
+                           int(item.sp.q_begin + item.first_token), int(item.sp.batch_index));
+      }
+    }
 #endif
     sCount[0] = 0;  // tiles in the union
     sCount[1] = 0;  // tiles summed over the tokens (how much the tokens share)
@@ -178,7 +197,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       // (Consumer warps only: the producer warpgroup's later code runs under its smaller register budget.)
       const bool early = warp < Cfg::kWarps;
       const uint32_t early_word = early ? item.early_union_word(a, warp, lane) : 0u;
-      item.copy_q(a, sQ, tid, Cfg::kThreads);
+      if (!a.q_tma) item.copy_q(a, sQ, tid, Cfg::kThreads);
       if (tid == 0) item_clock.head_lap(2);
       for (int w = tid; w < item.union_words; w += Cfg::kThreads) sUnion[w] = 0u;
       if (tid == 0) item_clock.head_lap(3);
@@ -192,7 +211,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
         phase_mark(PhaseKernel::kAttend, 1);
       }
       item.count_union(sUnion, sCount, tid, Cfg::kThreads, lane, sUnionList);
-      mma::cp_async_wait<0>();
+      // (Q by tensor copy: only the consumer warps wait for it, at their start, so that the producer's first
+      // tiles and every role's plan do not wait for Q's round trip.)
+      if (!a.q_tma) mma::cp_async_wait<0>();
       if (tid == 0) item_clock.head_lap(7);
       if constexpr (Cfg::kWgmma) wgmma::fence_proxy_async();  // Q is read by the tensor cores
     }
@@ -202,7 +223,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     for (int i = tid; i < int(Cfg::kKbarBytes / 16); i += Cfg::kThreads)
       reinterpret_cast<uint4*>(sKbar)[i] = make_uint4(0u, 0u, 0u, 0u);
   }
-  __syncthreads();  // union, count, Q and the barrier initialisation are visible to every warp
+  __syncthreads();  // union, count, Q (by cp.async) and the barrier initialisation are visible to every warp
   if constexpr (!kPersistent) {
     plan = plan_item(a, item, sUnion, split, per_tile, sCount[0], sCount[1], full_bar32, full_bar64);
     if (tid == 0) {
@@ -264,6 +285,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 
   // ---- Consumer warps ----
   if constexpr (Cfg::kProducerWarps > 1) wgmma::setmaxnreg_inc<Cfg::kConsumerRegs>();
+  if (!kPersistent && a.q_tma && item.any_rows) mma::mbar_wait(q_bar, 0u);  // Q landed (its first reader is below)
   // Barrier of the consumer warps alone (named barrier 3).
   auto consumers_sync = [&]() { asm volatile("bar.sync 3, %0;\n" ::"n"(Cfg::kWarps * 32) : "memory"); };
   uint32_t ring_pos = 0;  // the ring's fills before the item (persistent: stages and parities run on)
@@ -751,7 +773,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
         write_lse_row(a, item.sp, item.kv_head, item.first_token + token_b, head_b, row_b.valid, lse_b);
       }
       stage_output_rows<Cfg>(sQ, slab_row, lane, row_a.valid ? inv_a : 0.0f, row_b.valid ? inv_b : 0.0f, acc_o);
-      store_staged_rows<Cfg>(a, item, sQ, slab_row, lane);
+      if (!store_staged_rows_tma<Cfg>(a, item, sQ, slab_row, lane, tmap_o))
+        store_staged_rows<Cfg>(a, item, sQ, slab_row, lane);
     } else {
       write_output_row<Cfg>(a, item.sp, item.seq, split, item.kv_head, item.first_token + token_a, head_a,
                             row_a.valid, t4, 0, inv_a, lse_a, acc_o);

@@ -54,33 +54,47 @@ EncodeTiledFn encode_tiled() {
   return fn;
 }
 
-}  // namespace
-
-bool make_kv_tensor_map(const DeviceTensor& t, DType dtype, int64_t head_dim, CUtensorMap* map) {
+// A 4-d tensor map of a [b, n, h, d] view of 16-bit elements whose axes, innermost first, are the view's axes
+// `axes` (the head dim first), with boxes `box` and the 128-byte swizzle of the Stage-2 kernel's shared layouts.
+bool encode_view_map(const DeviceTensor& t, DType dtype, int64_t head_dim, const int (&axes)[4],
+                     const cuuint32_t (&box)[4], CUtensorMap* map) {
   const EncodeTiledFn encode = encode_tiled();
   if (encode == nullptr || t.data == nullptr || (dtype != DType::kBF16 && dtype != DType::kF16)) return false;
   if (t.stride[3] != 1 || t.shape[3] != head_dim || reinterpret_cast<uintptr_t>(t.data) % 16 != 0) return false;
-  // Axes innermost first: head dim, key rows, KV heads, batch.
-  cuuint64_t dims[4] = {cuuint64_t(head_dim), cuuint64_t(t.shape[1]), cuuint64_t(t.shape[2]), cuuint64_t(t.shape[0])};
-  const int64_t elem_strides[3] = {t.stride[1], t.stride[2], t.stride[0]};
+  cuuint64_t dims[4];
+  for (int i = 0; i < 4; ++i) dims[i] = cuuint64_t(t.shape[axes[i]]);
   cuuint64_t strides[3];
   int64_t packed = head_dim * 2;  // bytes of one row when the axes are packed
   for (int i = 0; i < 3; ++i) {
     if (dims[i + 1] == 0) return false;
-    int64_t bytes = elem_strides[i] * 2;
+    int64_t bytes = t.stride[axes[i + 1]] * 2;
     // A size-1 axis is never stepped over; give it a stride the encoder accepts whatever the view says.
     if (dims[i + 1] == 1 && (bytes <= 0 || bytes % 16 != 0)) bytes = packed;
     if (bytes <= 0 || bytes % 16 != 0 || bytes >= (int64_t(1) << 40)) return false;
     strides[i] = cuuint64_t(bytes);
     packed = bytes * int64_t(dims[i + 1]);
   }
-  const cuuint32_t box[4] = {64, 64, 1, 1};
   const cuuint32_t elem_step[4] = {1, 1, 1, 1};
   const CUtensorMapDataType type =
       dtype == DType::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
   return encode(map, type, 4, t.data, dims, strides, box, elem_step, CU_TENSOR_MAP_INTERLEAVE_NONE,
                 CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+}  // namespace
+
+bool make_kv_tensor_map(const DeviceTensor& t, DType dtype, int64_t head_dim, CUtensorMap* map) {
+  // Axes innermost first: head dim, key rows, KV heads, batch.
+  return encode_view_map(t, dtype, head_dim, {3, 1, 2, 0}, {64, 64, 1, 1}, map);
+}
+
+bool make_row_tensor_map(const DeviceTensor& t, DType dtype, int64_t head_dim, int box_heads, int box_tokens,
+                         CUtensorMap* map) {
+  if (box_heads < 1 || box_heads > 256 || box_tokens < 1 || box_tokens > 256) return false;
+  // Axes innermost first: head dim, heads, tokens, batch.
+  return encode_view_map(t, dtype, head_dim, {3, 2, 1, 0},
+                         {64, cuuint32_t(box_heads), cuuint32_t(box_tokens), 1}, map);
 }
 
 AttendPlan plan_attend(const ProblemShape& s, int num_sms, bool dense) {
@@ -193,6 +207,16 @@ bool persistent_attend_forced() {
   return forced;
 }
 }  // namespace
+
+// DASHATTN_CUDA_ROW_TMA=0 keeps Q's copy and o's stores on the threads (cp.async, 16-byte stores) where the tensor
+// copies would apply, so that the two can be compared in one binary; measurements only.
+bool row_tensor_copies_allowed() {
+  static const bool allowed = [] {
+    const char* env = std::getenv("DASHATTN_CUDA_ROW_TMA");
+    return env == nullptr || std::strcmp(env, "0") != 0;
+  }();
+  return allowed;
+}
 
 void launch_attend(const AttendParams& p, const ProblemShape& s, void* workspace, size_t workspace_bytes,
                    cudaStream_t stream) {

@@ -57,6 +57,13 @@ struct AttendPlan {
 // 128-byte swizzle the Stage-2 kernel reads. False when the driver, the device or the view's alignment and
 // strides rule it out (the kernel then copies with cp.async).
 bool make_kv_tensor_map(const DeviceTensor& t, DType dtype, int64_t head_dim, CUtensorMap* map);
+// Tensor map of a [b, n, h, d] Q or O view (16-bit elements) whose boxes are box_tokens tokens x box_heads heads x
+// 64 columns, laid out as the Stage-2 kernel's Q buffer (rows token-major, the same 128-byte swizzle). False as
+// for make_kv_tensor_map (the kernel then copies Q with cp.async and stores o from its lanes).
+bool make_row_tensor_map(const DeviceTensor& t, DType dtype, int64_t head_dim, int box_heads, int box_tokens,
+                         CUtensorMap* map);
+// False when DASHATTN_CUDA_ROW_TMA=0 (then no launch takes Q or o through make_row_tensor_map's maps).
+bool row_tensor_copies_allowed();
 
 // Multiprocessors of the current device (what the launchers plan for).
 int current_sm_count();

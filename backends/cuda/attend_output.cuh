@@ -122,4 +122,35 @@ __device__ __forceinline__ void store_staged_rows(const AttendArgs& a, const Att
   }
 }
 
+// The staged rows slab_row .. slab_row + 15 to o by one tensor store per 64 columns (lane 0 issues them), where
+// the launcher made o's tensor map (a.o_tma: boxes of one warp's 16 rows, min(g, 16) heads x max(1, 16 / g)
+// tokens) and all 16 rows are in the sequence; false (nothing stored) otherwise. Returns once the stores have
+// read the staged rows, so that the CTA may end.
+template <class Cfg>
+__device__ __forceinline__ bool store_staged_rows_tma(const AttendArgs& a, const AttendItem<Cfg>& item,
+                                                      const typename Cfg::Element* sQ, int slab_row, int lane,
+                                                      const CUtensorMap& tmap_o) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (!a.o_tma || item.row0 + slab_row + 16 > item.rows_in_seq) return false;
+  // The lanes' staged writes, visible to the tensor store.
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+  __syncwarp();
+  if (lane == 0) {
+    int token_in_cta, head;
+    item.split_row(slab_row, token_in_cta, head);
+    constexpr uint32_t kQBlockBytes = uint32_t(Cfg::kRows) * 128u;
+    const uint32_t src = mma::smem_addr(sQ) + uint32_t(slab_row) * 128u;
+#pragma unroll
+    for (int cb = 0; cb < Cfg::kHeadDim / 64; ++cb)
+      mma::tma_store_4d(&tmap_o, src + uint32_t(cb) * kQBlockBytes, cb * 64, item.kv_head * item.g + head,
+                        int(item.sp.q_begin + item.first_token + token_in_cta), int(item.sp.batch_index));
+    mma::tma_store_commit_and_wait_read();
+  }
+  return true;
+#else
+  (void)a, (void)item, (void)sQ, (void)slab_row, (void)lane, (void)tmap_o;
+  return false;
+#endif
+}
+
 }  // namespace dashattn::cuda

@@ -74,6 +74,17 @@ void launch_attend_instance(AttendArgs args, bool allow_tma, cudaStream_t stream
   constexpr DType kDType = ElementTraits<typename Cfg::Element>::kDType;
   args.use_tma = allow_tma && major >= 9 && make_kv_tensor_map(args.k, kDType, Cfg::kHeadDim, &tmap_k) &&
                  make_kv_tensor_map(args.v, kDType, Cfg::kHeadDim, &tmap_v);
+  // The wide one-item tilings also take Q by tensor copy where a CTA's rows are whole tokens (g divides kRows),
+  // and store a warp's staged o rows by tensor store where those are whole tokens or whole blocks of 16 heads.
+  CUtensorMap tmap_q{}, tmap_o{};
+  args.q_tma = args.o_tma = false;
+  if (args.use_tma && !Cfg::kTileSplit && !Cfg::kPersistent && row_tensor_copies_allowed()) {
+    const int g = args.group;
+    args.q_tma = Cfg::kRows % g == 0 &&
+                 make_row_tensor_map(args.q, kDType, Cfg::kHeadDim, g, Cfg::kRows / g, &tmap_q);
+    args.o_tma = args.num_splits == 1 && args.o_dtype == kDType && (16 % g == 0 || g % 16 == 0) &&
+                 make_row_tensor_map(args.o, kDType, Cfg::kHeadDim, std::min(g, 16), std::max(1, 16 / g), &tmap_o);
+  }
   dim3 grid(unsigned(m_blocks), unsigned(heads), unsigned(args.num_splits));
   if constexpr (Cfg::kPersistent) {
     // One CTA per SM (the shared memory allows no more), each walking items (row block, sequence x KV head).
@@ -84,7 +95,7 @@ void launch_attend_instance(AttendArgs args, bool allow_tma, cudaStream_t stream
     if (args.item_counter != nullptr)
       DASHATTN_CUDA_CHECK(cudaMemsetAsync(args.item_counter, 0, sizeof(unsigned long long), stream));
   }
-  attend_kernel<Cfg><<<grid, Cfg::kThreads, smem, stream>>>(args, tmap_k, tmap_v);
+  attend_kernel<Cfg><<<grid, Cfg::kThreads, smem, stream>>>(args, tmap_k, tmap_v, tmap_q, tmap_o);
   DASHATTN_CUDA_CHECK_LAUNCH();
 #ifdef DASHATTN_ITEM_CLOCKS
   item_clock_report<<<1, 1, 0, stream>>>();  // profiling build only (phase_clocks.cuh)

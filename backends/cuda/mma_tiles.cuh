@@ -100,6 +100,24 @@ __device__ __forceinline__ void tma_load_4d(uint32_t smem_dst, const void* tenso
       : "memory");
 }
 
+// sm_90 tensor store of one box of a 4-d tensor map from shared memory (the bulk-group form: completion is
+// tracked per thread by commit / wait groups). The writes to the box's shared memory must be made visible to the
+// asynchronous proxy first (fence.proxy.async.shared::cta by the writing threads, then a barrier).
+__device__ __forceinline__ void tma_store_4d(const void* tensor_map, uint32_t smem_src, int c0, int c1, int c2,
+                                             int c3) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];\n" ::"l"(
+          reinterpret_cast<uint64_t>(tensor_map)),
+      "r"(smem_src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+      : "memory");
+}
+// Commits this thread's tensor stores and waits until their shared memory has been read (the writes to global
+// memory complete on their own; the shared memory may then be reused or released).
+__device__ __forceinline__ void tma_store_commit_and_wait_read() {
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+
 // The same copy with an L2 evict-first policy: for data read once (a decode step's K/V stream), so that it does
 // not push out of L2 what the step reads again or soon (summaries, masks, the kernels' code).
 __device__ __forceinline__ void tma_load_4d_evict_first(uint32_t smem_dst, const void* tensor_map, uint32_t mbar,
