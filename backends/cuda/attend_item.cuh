@@ -132,6 +132,66 @@ struct AttendItem {
     }
   }
 
+  // The one-item kernel's union without shared atomics, where the tokens' tile words fit in `room` words of
+  // staging (the K/V ring, still empty in the CTA's head): warp w0 of nw writes the words of tokens w0, w0 + nw,
+  // ... into stage[token * union_words + word] (eight warps ORing into the same 17 words had serialized on them),
+  // and merge_union then ORs and counts them. `early` as in union_tokens.
+  __device__ __forceinline__ bool union_staged_fits(int room) const {
+    return int64_t(n_tokens()) * union_words <= int64_t(room);
+  }
+  __device__ __forceinline__ void union_token_words(const AttendArgs& a, uint32_t* stage, int w0, int nw, int lane,
+                                                    uint32_t early = 0u, bool have_early = false) const {
+    const int n = n_tokens();
+    have_early = have_early && early_word_applies(a);
+    for (int t = w0; t < n; t += nw) {
+      const RowRouting rr = token_routing(a, sp, kv_head, first_token + t);
+      for (int w = lane; w < union_words; w += 32)
+        stage[t * union_words + w] = have_early && t == w0 && w == lane
+                                         ? row_tile_word_c64(rr, w, early)
+                                         : row_tile_word(rr, w, a.chunk, a.log2_chunk, a.mask_words, a.dense);
+    }
+  }
+  // The union of union_token_words' staged words into words, its tile count into counts[0] and (warpgroup
+  // tilings) the per-token counts summed into counts[1], by whole warps (threads t0, t0 + nt, ...); with `list`
+  // and at most 32 words, warp 0 alone, which also writes the list as count_union does.
+  __device__ __forceinline__ void merge_union(const uint32_t* stage, uint32_t* words, int* counts, int t0, int nt,
+                                              int lane, uint16_t* list = nullptr) const {
+    const int n = n_tokens();
+    const bool one_warp = list != nullptr && union_words <= 32;
+    if (one_warp && t0 >= 32) return;
+    int local = 0, summed = 0;
+    for (int w = one_warp ? lane : t0; w < (one_warp ? 32 : union_words); w += one_warp ? 32 : nt) {
+      uint32_t bits = 0u;
+      if (w < union_words) {
+        for (int t = 0; t < n; ++t) {
+          const uint32_t b = stage[t * union_words + w];
+          bits |= b;
+          if constexpr (Cfg::kWgmma) summed += __popc(b);
+        }
+        words[w] = bits;
+      }
+      const int count = __popc(bits);
+      if (one_warp) {
+        const int incl = warp_inclusive_sum(count, lane);
+        if (lane == 31) counts[0] = incl;  // (warp 0 alone writes the counts here)
+        int at = incl - count;
+        for (uint32_t b = bits; b != 0u; b &= b - 1u) list[at++] = uint16_t(w * 32 + __ffs(b) - 1);
+      }
+      local += count;
+    }
+    if constexpr (Cfg::kWgmma)
+      for (int off = 16; off > 0; off >>= 1) summed += __shfl_xor_sync(0xffffffffu, summed, off);
+    if (one_warp) {
+      if (lane == 0) counts[1] = summed;
+      return;
+    }
+    for (int off = 16; off > 0; off >>= 1) local += __shfl_xor_sync(0xffffffffu, local, off);
+    if (lane == 0) {
+      if (local) atomicAdd(&counts[0], local);
+      if (Cfg::kWgmma && summed) atomicAdd(&counts[1], summed);
+    }
+  }
+
   // The union's tile count into counts[0], by whole warps (threads t0, t0 + nt, ...). With `list` (room for 1024
   // tiles) and a union of at most 32 words, warp 0 alone, a lane per word, also writes the union's tiles there in
   // ascending order (union_list() says whether it did). (Every warp writing the tiles at its own bit positions

@@ -137,7 +137,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   if (tid == 0) item_clock.start();
 
   constexpr bool kRecordWarp = Cfg::kWgmma;  // (then kMetaBytes > 0)
-  if (tid == 0) {
+  // The barriers' initialisation and Q's tensor copies: the producer warp's lane 0 in the wide one-item tilings,
+  // whose producer warp has no token of its own in the union of a group of 16 (warp 0's token was the union's last
+  // to finish while warp 0 did this first); thread 0 in the persistent and decode tilings (decode Stage 2 took
+  // ~1.3 us longer with the wide tilings' head: perf-log.md, thirty-third pass).
+  constexpr bool kWideHead = !kPersistent && !Cfg::kTileSplit;
+  const int init_tid = kWideHead ? Cfg::kWarps * 32 : 0;
+  if (tid == init_tid) {
     for (int s = 0; s < kStages; ++s) {
       mma::mbar_init(full_bar32 + 8u * s, 32u);  // the producer warp's 32 lanes (+ copy completion)
       if (kRecordWarp) mma::mbar_init(full_bar64 + 8u * s, 64u);  // and the record warp's
@@ -169,8 +175,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 #endif
     sCount[0] = 0;  // tiles in the union
     sCount[1] = 0;  // tiles summed over the tokens (how much the tokens share)
-    item_clock.head_lap(0);
   }
+  if (tid == 0) item_clock.head_lap(0);
   // Bias modes. With g dividing 16 a warp's 16 rows are whole tokens, so the consumer warps compute the bias of
   // their rows themselves on the tensor cores (x = Q k̄^T for the tile's chunks, the group sum over the warp's
   // rows by shuffles); wider or odd groups span warps, and the producer warp fills per-stage tables instead.
@@ -188,29 +194,49 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   const int slab_row = Cfg::kTileSplit ? 0 : warp * 16;  // first row of this warp's 16-row slab
   float2 early_tau_mu[2] = {make_float2(0.0f, 0.0f), make_float2(0.0f, 0.0f)};
   if constexpr (!kPersistent) {
+    // (Consumer warps only: the producer warpgroup's later code runs under its smaller register budget.) The wide
+    // tilings load the mask word first: the union waits for it, the bias table much later for tau / mu.
+    const bool early = warp < Cfg::kWarps;
+    uint32_t early_word_wide = 0u;
+    if constexpr (kWideHead) {
+      if (early && item.any_rows) early_word_wide = item.early_union_word(a, warp, lane);
+    }
     if (Cfg::kConsumerBias && item.any_rows && warp < Cfg::kWarps && lane % 4 == 0) {
 #pragma unroll
       for (int half = 0; half < 2; ++half) early_tau_mu[half] = item.tau_mu(a, slab_row + lane / 4 + 8 * half);
     }
     if (tid == 0) item_clock.head_lap(1);
     if (item.any_rows) {
-      // (Consumer warps only: the producer warpgroup's later code runs under its smaller register budget.)
-      const bool early = warp < Cfg::kWarps;
-      const uint32_t early_word = early ? item.early_union_word(a, warp, lane) : 0u;
+      const uint32_t early_word =
+          kWideHead ? early_word_wide : (early ? item.early_union_word(a, warp, lane) : 0u);
+      // The tokens' tile words staged in the (still empty) ring where they fit, then merged without atomics; else
+      // ORed into the zeroed union.
+      const bool staged = kWideHead && item.union_staged_fits(int(Cfg::kRingBytes / 4));
+      uint32_t* const union_stage = reinterpret_cast<uint32_t*>(sRing);
       if (!a.q_tma) item.copy_q(a, sQ, tid, Cfg::kThreads);
       if (tid == 0) item_clock.head_lap(2);
-      for (int w = tid; w < item.union_words; w += Cfg::kThreads) sUnion[w] = 0u;
-      if (tid == 0) item_clock.head_lap(3);
-      __syncthreads();
-      if (tid == 0) item_clock.head_lap(4);
-      item.union_tokens(a, sUnion, sCount, warp, Cfg::kThreads / 32, lane, early_word, early);
+      if (!staged) {
+        for (int w = tid; w < item.union_words; w += Cfg::kThreads) sUnion[w] = 0u;
+        __syncthreads();  // (staged: the barrier after the words orders the initialisation too)
+      }
+      if (tid == 0) {
+        item_clock.head_lap(3);
+        item_clock.head_lap(4);
+      }
+      if (staged)
+        item.union_token_words(a, union_stage, warp, Cfg::kThreads / 32, lane, early_word, early);
+      else
+        item.union_tokens(a, sUnion, sCount, warp, Cfg::kThreads / 32, lane, early_word, early);
       if (tid == 0) item_clock.head_lap(5);
       __syncthreads();
       if (tid == 0) {
         item_clock.head_lap(6);
         phase_mark(PhaseKernel::kAttend, 1);
       }
-      item.count_union(sUnion, sCount, tid, Cfg::kThreads, lane, sUnionList);
+      if (staged)
+        item.merge_union(union_stage, sUnion, sCount, tid, Cfg::kThreads, lane, sUnionList);
+      else
+        item.count_union(sUnion, sCount, tid, Cfg::kThreads, lane, sUnionList);
       // (Q by tensor copy: only the consumer warps wait for it, at their start, so that the producer's first
       // tiles and every role's plan do not wait for Q's round trip.)
       if (!a.q_tma) mma::cp_async_wait<0>();
