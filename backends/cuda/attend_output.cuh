@@ -132,8 +132,7 @@ __device__ __forceinline__ bool store_staged_rows_tma(const AttendArgs& a, const
                                                       const CUtensorMap& tmap_o) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   if (!a.o_tma || item.row0 + slab_row + 16 > item.rows_in_seq) return false;
-  // The lanes' staged writes, visible to the tensor store.
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+  wgmma::fence_proxy_async();  // the lanes' staged writes, visible to the tensor store
   __syncwarp();
   if (lane == 0) {
     int token_in_cta, head;

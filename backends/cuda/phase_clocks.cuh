@@ -177,9 +177,11 @@ __device__ __forceinline__ void phase_finish(PhaseKernel, const char*) {}
 // the item's first tile, 4 the rest of the main loop, 5 the epilogue (o and lse written).
 constexpr int kItemSegments = 6;
 // Segment 0 of the one-item kernel split at its steps (head_lap; the report's "head" line): 0 the barriers'
-// initialisation (thread 0's), 1 tau / mu loads issued, 2 the Q copy issued, 3 the union zeroed, 4 the first block
-// barrier, 5 thread 0's warp's token's union (its mask loads), 6 the second barrier (the slowest warp's union), 7 the
-// count (Q by cp.async: and the wait for thread 0's Q copies), 8 the third barrier and the plan.
+// initialisation (where thread 0 does it: the decode tiling; the wide tilings' producer lane does it instead), 1 the
+// mask word (wide tilings) and tau / mu loads issued, 2 the Q copy issued, 3 the union zeroed, 4 the first block
+// barrier (3 and 4 empty where the union is staged, AttendItem::union_token_words), 5 thread 0's warp's token's union
+// (its mask loads), 6 the second barrier (the slowest warp's union), 7 the count (Q by cp.async: and the wait for
+// thread 0's Q copies), 8 the third barrier and the plan.
 constexpr int kHeadSegments = 9;
 #ifdef DASHATTN_ITEM_CLOCKS
 // Per translation unit (static): each attention instance's kernels and its report share one copy; an inline kernel
