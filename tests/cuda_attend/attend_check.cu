@@ -569,6 +569,9 @@ std::vector<Case> conformance_cases() {
     add(c);
   }
   { Case c = base; c.name = "wgmma one tile per union"; c.warps = 8; c.chunk_masks = true; c.prior = PriorMode::kRaw; c.n_q = {64, 50}; c.n_k = {64, 50}; c.varlen = true; add(c); }
+  // A union of more than 32 words (64K keys): the one-item kernel merges its staged token words on every thread
+  // (no union list) and must agree bitwise with the persistent kernel, which ORs them with atomics.
+  { Case c = base; c.name = "wgmma union of 69 words n_k 140000"; c.prior = PriorMode::kRaw; c.n_q = {8}; c.n_k = {140000}; c.splits = 1; c.persistent = 2; add(c); }
   // The persistent kernel with a few CTAs, so that each walks many items (both union buffers, the ring's phases
   // running on across items, items on the warpgroup and the per-warp paths, with and without a table, tables in
   // rounds, padding-only items): outputs bitwise equal to the one-item-per-CTA kernel's.
