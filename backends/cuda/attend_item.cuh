@@ -92,6 +92,20 @@ struct AttendItem {
     mma::cp_async_commit();
   }
 
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // sm_90: the item's Q rows by tensor copy into the Q buffer at sQ_addr, completing on q_bar (one arrival): one box
+  // of kRows / g tokens x g heads per 64 columns (tmap_q, make_row_tensor_map), which needs g to divide kRows.
+  __device__ __forceinline__ void copy_q_tensor(const CUtensorMap& tmap_q, uint32_t sQ_addr, uint32_t q_bar) const {
+    constexpr uint32_t kQBlockBytes = uint32_t(Cfg::kRows) * 128u;
+    mma::mbar_expect_tx(q_bar, uint32_t(Cfg::kQBytes));
+    mma::mbar_arrive(q_bar);
+#pragma unroll
+    for (int cb = 0; cb < Cfg::kHeadDim / 64; ++cb)
+      mma::tma_load_4d(sQ_addr + uint32_t(cb) * kQBlockBytes, &tmap_q, q_bar, cb * 64, kv_head * g,
+                       int(sp.q_begin + first_token), int(sp.batch_index));
+  }
+#endif
+
   // Whether union_tokens can take its first word per lane from early_union_word: C = 64 (a mask word is a tile
   // word), not dense.
   __device__ __forceinline__ bool early_word_applies(const AttendArgs& a) const {

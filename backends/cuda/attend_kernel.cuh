@@ -161,16 +161,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       // The rows are whole tokens here (the launcher sets q_tma only where g divides kRows): one box of kRows / g
       // tokens x g heads per 64 columns, written in q_swz's layout; tokens past the tensor read as zeros, and a
       // packed batch's rows of the next sequence are never used (their keys are all masked, their o not stored).
-      if (a.q_tma && item.any_rows) {
-        constexpr uint32_t kQBlockBytes = uint32_t(Cfg::kRows) * 128u;
-        mma::mbar_expect_tx(q_bar, uint32_t(Cfg::kQBytes));
-        mma::mbar_arrive(q_bar);
-        const uint32_t sQ_addr = mma::smem_addr(sQ);
-#pragma unroll
-        for (int cb = 0; cb < D / 64; ++cb)
-          mma::tma_load_4d(sQ_addr + uint32_t(cb) * kQBlockBytes, &tmap_q, q_bar, cb * 64, item.kv_head * g,
-                           int(item.sp.q_begin + item.first_token), int(item.sp.batch_index));
-      }
+      if (a.q_tma && item.any_rows) item.copy_q_tensor(tmap_q, mma::smem_addr(sQ), q_bar);
     }
 #endif
     sCount[0] = 0;  // tiles in the union
@@ -782,31 +773,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       // Warp 0 merges every warp's state (warp order) and writes the rows; the others are done.
       if (!merge_warp_states<Cfg>(acc_o, m_a, m_b, l_a, l_b, reinterpret_cast<float*>(sRing), warp, lane)) return;
     }
-    const float inv_a = l_a > 0.0f ? 1.0f / l_a : 0.0f;
-    const float inv_b = l_b > 0.0f ? 1.0f / l_b : 0.0f;
-    constexpr float kLn2 = 0.6931471805599453f;
-    const float lse_a = l_a > 0.0f ? (m_a + log2f(l_a)) * kLn2 : -INFINITY;
-    const float lse_b = l_b > 0.0f ? (m_b + log2f(l_b)) * kLn2 : -INFINITY;
-    int token_a, head_a, token_b, head_b;
-    item.split_row(slab_row + lane / 4, token_a, head_a);
-    item.split_row(slab_row + lane / 4 + 8, token_b, head_b);
-    // o in the input dtype, no split: through the warp's rows of the Q buffer (attend_output.cuh).
-    const bool staged_o = !kPersistent && !Cfg::kTileSplit && a.num_splits == 1 &&
-                          a.o_dtype == ElementTraits<typename Cfg::Element>::kDType;
-    if (staged_o) {
-      if (t4 == 0) {
-        write_lse_row(a, item.sp, item.kv_head, item.first_token + token_a, head_a, row_a.valid, lse_a);
-        write_lse_row(a, item.sp, item.kv_head, item.first_token + token_b, head_b, row_b.valid, lse_b);
-      }
-      stage_output_rows<Cfg>(sQ, slab_row, lane, row_a.valid ? inv_a : 0.0f, row_b.valid ? inv_b : 0.0f, acc_o);
-      if (!store_staged_rows_tma<Cfg>(a, item, sQ, slab_row, lane, tmap_o))
-        store_staged_rows<Cfg>(a, item, sQ, slab_row, lane);
-    } else {
-      write_output_row<Cfg>(a, item.sp, item.seq, split, item.kv_head, item.first_token + token_a, head_a,
-                            row_a.valid, t4, 0, inv_a, lse_a, acc_o);
-      write_output_row<Cfg>(a, item.sp, item.seq, split, item.kv_head, item.first_token + token_b, head_b,
-                            row_b.valid, t4, 1, inv_b, lse_b, acc_o);
-    }
+    write_item_rows<Cfg>(a, item, split, sQ, slab_row, lane, row_a.valid, row_b.valid, m_a, m_b, l_a, l_b, acc_o,
+                         tmap_o);
     if (tid == 0) {
       item_clock.lap(5);
       item_clock.item_done();

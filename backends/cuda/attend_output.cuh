@@ -152,4 +152,39 @@ __device__ __forceinline__ bool store_staged_rows_tma(const AttendArgs& a, const
 #endif
 }
 
+// A consumer warp's two rows of the item after its main loop (row sums already reduced over the quad): o in the
+// input dtype through the warp's rows of the Q buffer (one-item tilings, no key split), else straight from the
+// fragments or as split partials, with the rows' lse.
+template <class Cfg>
+__device__ __forceinline__ void write_item_rows(const AttendArgs& a, const AttendItem<Cfg>& item, int split,
+                                                typename Cfg::Element* sQ, int slab_row, int lane, bool valid_a,
+                                                bool valid_b, float m_a, float m_b, float l_a, float l_b,
+                                                const float (&acc_o)[Cfg::kONTiles][4], const CUtensorMap& tmap_o) {
+  const int t4 = lane % 4;
+  const float inv_a = l_a > 0.0f ? 1.0f / l_a : 0.0f;
+  const float inv_b = l_b > 0.0f ? 1.0f / l_b : 0.0f;
+  constexpr float kLn2 = 0.6931471805599453f;
+  const float lse_a = l_a > 0.0f ? (m_a + log2f(l_a)) * kLn2 : -INFINITY;
+  const float lse_b = l_b > 0.0f ? (m_b + log2f(l_b)) * kLn2 : -INFINITY;
+  int token_a, head_a, token_b, head_b;
+  item.split_row(slab_row + lane / 4, token_a, head_a);
+  item.split_row(slab_row + lane / 4 + 8, token_b, head_b);
+  const bool staged_o = !Cfg::kPersistent && !Cfg::kTileSplit && a.num_splits == 1 &&
+                        a.o_dtype == ElementTraits<typename Cfg::Element>::kDType;
+  if (staged_o) {
+    if (t4 == 0) {
+      write_lse_row(a, item.sp, item.kv_head, item.first_token + token_a, head_a, valid_a, lse_a);
+      write_lse_row(a, item.sp, item.kv_head, item.first_token + token_b, head_b, valid_b, lse_b);
+    }
+    stage_output_rows<Cfg>(sQ, slab_row, lane, valid_a ? inv_a : 0.0f, valid_b ? inv_b : 0.0f, acc_o);
+    if (!store_staged_rows_tma<Cfg>(a, item, sQ, slab_row, lane, tmap_o))
+      store_staged_rows<Cfg>(a, item, sQ, slab_row, lane);
+  } else {
+    write_output_row<Cfg>(a, item.sp, item.seq, split, item.kv_head, item.first_token + token_a, head_a, valid_a, t4,
+                          0, inv_a, lse_a, acc_o);
+    write_output_row<Cfg>(a, item.sp, item.seq, split, item.kv_head, item.first_token + token_b, head_b, valid_b, t4,
+                          1, inv_b, lse_b, acc_o);
+  }
+}
+
 }  // namespace dashattn::cuda

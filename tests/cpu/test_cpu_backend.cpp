@@ -10,6 +10,7 @@
 
 #include "cpu/cpu_targets.h"
 #include "dashattn/dashattn.h"
+#include "reference/backend_io.h"
 #include "reference/reference.h"
 
 using namespace dashattn;
@@ -44,11 +45,7 @@ Outputs run_forward(const ref::Problem& pr, const MethodParams& m, DType out_dty
   std::memset(out.o.bytes.data(), 0x7f, out.o.bytes.size());
   std::memset(out.lse.bytes.data(), 0x7f, out.lse.bytes.size());
   std::memset(out.mask.bytes.data(), 0xff, out.mask.bytes.size());
-  ForwardParams p;
-  p.q = pr.q.view;
-  p.k = pr.k.view;
-  p.v = pr.v.view;
-  p.summary_query = pr.summary_query.view;
+  ForwardParams p = ref::forward_inputs(pr, m);
   p.o = out.o.view;
   p.lse = out.lse.view;
   p.routing.mask = out.mask.view;
@@ -56,8 +53,6 @@ Outputs run_forward(const ref::Problem& pr, const MethodParams& m, DType out_dty
   p.routing.mu = out.mu.view;
   p.routing.active_chunks = out.active.view;
   p.summaries = out.summaries.view;
-  p.batch = pr.layout();
-  p.method = m;
   forward(cpu_backend(), p);
   return out;
 }
@@ -419,14 +414,9 @@ TEST_CASE("decode steps are bitwise equal to the prefill rows, summaries include
       const int64_t max_chunks = spec.n_k / m.chunk_size;
       ref::HostTensor full_o = ref::make_host_tensor(DType::kF32, {1, spec.n_q, spec.h_q, spec.d});
       ref::HostTensor prefill_sums = ref::make_host_tensor(t, {1, max_chunks, spec.h_kv, spec.d});
-      ForwardParams p;
-      p.q = pr.q.view;
-      p.k = pr.k.view;
-      p.v = pr.v.view;
-      p.summary_query = pr.summary_query.view;
+      ForwardParams p = ref::forward_inputs(pr, m);  // (a contiguous problem: its batch layout is the default)
       p.summaries = prefill_sums.view;
       p.o = full_o.view;
-      p.method = m;
       forward(cpu_backend(), p);
 
       ref::HostTensor cache = ref::make_host_tensor(t, {1, max_chunks, spec.h_kv, spec.d});

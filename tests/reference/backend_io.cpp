@@ -86,6 +86,17 @@ ForwardParams forward_inputs(const DeviceProblem& dev, const MethodParams& metho
   return p;
 }
 
+ForwardParams forward_inputs(const Problem& problem, const MethodParams& method) {
+  ForwardParams p;
+  p.q = problem.q.view;
+  p.k = problem.k.view;
+  p.v = problem.v.view;
+  p.summary_query = problem.summary_query.view;
+  p.batch = problem.layout();
+  p.method = method;
+  return p;
+}
+
 std::vector<Backend*> available_backends(std::vector<std::string>* unavailable_reasons) {
   std::vector<Backend*> out;
   for (Backend* be : Registry::instance().all()) {

@@ -55,6 +55,8 @@ DeviceProblem upload_problem(Backend& backend, const Problem& problem);
 // A forward() call's inputs from the uploaded problem: q, k, v, the summary query, the batch layout and the method;
 // outputs, routing tensors, stream and workspace are the caller's to set.
 ForwardParams forward_inputs(const DeviceProblem& dev, const MethodParams& method);
+// The same from a host problem (the CPU backend reads it in place; the batch layout points into it).
+ForwardParams forward_inputs(const Problem& problem, const MethodParams& method);
 
 // Available backends, and a line per unavailable one saying why (for the test log).
 std::vector<Backend*> available_backends(std::vector<std::string>* unavailable_reasons = nullptr);
