@@ -7,6 +7,14 @@
 #include "attend_masks.cuh"
 #include "attend_wgmma.cuh"
 
+// The wide tilings' tensor copies of Q and stores of o on sm_90 with an L2 evict-first policy: each row is touched
+// once, and the policy keeps the K / V tiles, which many CTAs read again, in the L2 (at 32K / 87.5 % it took the
+// Stage-2 kernel's DRAM reads from 353 to 320 MB, and per-token draws 0.5 % off; perf-log.md, thirty-fourth pass).
+// Build with -DDASHATTN_ATTEND_L2_HINTS=0 for the default policy.
+#ifndef DASHATTN_ATTEND_L2_HINTS
+#define DASHATTN_ATTEND_L2_HINTS 1
+#endif
+
 namespace dashattn::cuda {
 
 template <int kHeadDim_, typename Element_, int kWarps_, int kStages_, bool kWgmma_ = false,

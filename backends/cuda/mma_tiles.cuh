@@ -118,17 +118,36 @@ __device__ __forceinline__ void tma_store_commit_and_wait_read() {
   asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
 }
 
-// The same copy with an L2 evict-first policy: for data read once (a decode step's K/V stream), so that it does
-// not push out of L2 what the step reads again or soon (summaries, masks, the kernels' code).
-__device__ __forceinline__ void tma_load_4d_evict_first(uint32_t smem_dst, const void* tensor_map, uint32_t mbar,
-                                                        int c0, int c1, int c2, int c3) {
+// An L2 evict-first cache policy (createpolicy, for a whole access): for data read or written once, so that it does
+// not push out of L2 what is read again or soon.
+__device__ __forceinline__ uint64_t l2_policy_evict_first() {
   uint64_t policy;
   asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
+// tma_load_4d with an L2 cache policy.
+__device__ __forceinline__ void tma_load_4d_hint(uint32_t smem_dst, const void* tensor_map, uint32_t mbar, int c0,
+                                                 int c1, int c2, int c3, uint64_t policy) {
   asm volatile(
       "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], "
       "[%1, {%3, %4, %5, %6}], [%2], %7;\n" ::"r"(smem_dst),
       "l"(reinterpret_cast<uint64_t>(tensor_map)), "r"(mbar), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "l"(policy)
       : "memory");
+}
+// tma_store_4d with an L2 cache policy.
+__device__ __forceinline__ void tma_store_4d_hint(const void* tensor_map, uint32_t smem_src, int c0, int c1, int c2,
+                                                  int c3, uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.global.shared::cta.bulk_group.L2::cache_hint [%0, {%2, %3, %4, %5}], [%1], %6;\n" ::
+          "l"(reinterpret_cast<uint64_t>(tensor_map)),
+      "r"(smem_src), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "l"(policy)
+      : "memory");
+}
+// The copy with an L2 evict-first policy: for data read once (a decode step's K/V stream), so that it does not
+// push out of L2 what the step reads again or soon (summaries, masks, the kernels' code).
+__device__ __forceinline__ void tma_load_4d_evict_first(uint32_t smem_dst, const void* tensor_map, uint32_t mbar,
+                                                        int c0, int c1, int c2, int c3) {
+  tma_load_4d_hint(smem_dst, tensor_map, mbar, c0, c1, c2, c3, l2_policy_evict_first());
 }
 #endif
 
