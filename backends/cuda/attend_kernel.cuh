@@ -44,9 +44,9 @@
 // stages and barrier parities running on across items), then, once the consumers hold item k's Q in registers,
 // its Q, tau / mu and the first round of the bias table's k̄ columns ("prepared"). The record warp writes records
 // for every item so that the full barriers count the same arrivals whichever path an item takes. Each item runs
-// the code of the one-item-per-CTA kernel, and the output is bitwise the same. Not the default: faster only where
-// items are short and share their tiles, 11-16 % slower on per-token masks (perf-log.md, twelfth and twenty-fifth
-// passes).
+// the code of the one-item-per-CTA kernel, and the output is bitwise the same. Not the default: it lacks the
+// one-item kernel's newer head (Q by tensor copy, the union without atomics) and is 4-11 % slower on an H100
+// (perf-log.md, twelfth, twenty-fifth and thirty-fourth passes).
 #pragma once
 
 #include <cuda.h>

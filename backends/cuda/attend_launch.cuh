@@ -45,8 +45,8 @@ struct AttendPlan {
   bool bias_table = true;  // consumer-computed prior bias: per-CTA table before the main loop where it fits
   // The d = 128 warpgroup tiling without a key split as a persistent kernel (attend_kernel.cuh), with
   // persistent_ctas CTAs (0: one per SM; tests use a few, so that every CTA walks many items). Off by default: it
-  // is correct (bitwise the one-item-per-CTA kernel's output) but faster only where items are short and share their
-  // tiles, and 11-16 % slower on per-token masks (perf-log.md, twelfth and twenty-fifth passes). Only
+  // is correct (bitwise the one-item-per-CTA kernel's output) but 4-11 % slower on an H100 (perf-log.md, twelfth,
+  // twenty-fifth and thirty-fourth passes). Only
   // launch_attend_planned takes it; a workspace of kItemCounterBytes gives its CTAs an item counter, none a fixed
   // order of items.
   bool persistent = false;
