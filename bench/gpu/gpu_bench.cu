@@ -19,6 +19,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -111,6 +112,14 @@ AttendParams attend_params(const RouteParams& rp, const SummarizeParams& sp, con
   return ap;
 }
 
+// Wall-clock window (seconds since the epoch) of the last timing's replays, which emit() reports with the timing's row
+// and then forgets: run_gpu_bench.py reads the GPU's clock log over it, so that a row timed while the clock dipped
+// can be told apart from a kernel's own level (perf-log.md, thirty-fourth pass).
+double g_window_t0 = 0, g_window_t1 = 0;
+double wall_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
 // Median time (ms) of one graph replay: one graph per input copy r = 0 .. copies - 1, captured from body(stream, r),
 // replayed in turn so that each finds its inputs where the other copies' replays left the L2.
 double time_ms_rotating(cudaStream_t st, int reps, int copies,
@@ -129,6 +138,7 @@ double time_ms_rotating(cudaStream_t st, int reps, int copies,
   CK(cudaEventCreate(&a));
   CK(cudaEventCreate(&b));
   std::vector<float> t;
+  g_window_t0 = wall_seconds();
   for (int i = 0; i < reps; ++i) {
     bench_device::busy_wait_ns<<<1, 32, 0, st>>>(50000);  // GPU time only: see busy_wait_ns
     CK(cudaEventRecord(a, st));
@@ -139,6 +149,7 @@ double time_ms_rotating(cudaStream_t st, int reps, int copies,
     CK(cudaEventElapsedTime(&ms, a, b));
     t.push_back(ms);
   }
+  g_window_t1 = wall_seconds();
   CK(cudaEventDestroy(a));
   CK(cudaEventDestroy(b));
   for (int r = 0; r < copies; ++r) {
@@ -157,8 +168,15 @@ double time_ms(cudaStream_t st, int reps, const std::function<void(cudaStream_t)
 __global__ void empty_kernel() {}
 
 void emit(const std::string& mode, int64_t n, const std::string& what, double ms, const std::string& extra = "") {
-  std::printf("{\"mode\":\"%s\",\"n\":%lld,\"what\":\"%s\",\"ms\":%.5f%s%s}\n", mode.c_str(), (long long)n,
-              what.c_str(), ms, extra.empty() ? "" : ",", extra.c_str());
+  std::string window;
+  if (g_window_t1 > 0) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, ",\"t0\":%.3f,\"t1\":%.3f", g_window_t0, g_window_t1);
+    window = buf;
+    g_window_t0 = g_window_t1 = 0;
+  }
+  std::printf("{\"mode\":\"%s\",\"n\":%lld,\"what\":\"%s\",\"ms\":%.5f%s%s%s}\n", mode.c_str(), (long long)n,
+              what.c_str(), ms, extra.empty() ? "" : ",", extra.c_str(), window.c_str());
   std::fflush(stdout);
 }
 

@@ -1,9 +1,11 @@
 """Runs the CUDA benchmark and the PyTorch baselines in one command and merges them into the table of
 benchmark-protocol.md (our columns added). Usage:
     python3 bench/gpu/run_gpu_bench.py --bench build/bench/gpu/dashattn_gpu_bench [--sizes ...] [--out DIR]
-Writes bench.jsonl (every measurement) and table.md to --out, and prints the table last.
+Writes bench.jsonl (every measurement), sm_clock.csv (the SM clock every 100 ms, where nvidia-smi is available)
+and table.md to --out, and prints the table last.
 """
 import argparse
+import datetime
 import json
 import os
 import subprocess
@@ -30,6 +32,71 @@ def run_jsonl(cmd, log, timeout):
     if proc.returncode != 0:
         sys.stderr.write(f"{' '.join(cmd)} exited with {proc.returncode}\n{proc.stdout[-3000:]}\n")
     return rows
+
+
+def start_clock_log(path):
+    """The SM clock every 100 ms, logged by nvidia-smi beside the runs (None where it is not available)."""
+    try:
+        return subprocess.Popen(["nvidia-smi", "--query-gpu=timestamp,clocks.sm", "--format=csv,noheader", "-lms",
+                                 "100"], stdout=open(path, "w"), stderr=subprocess.DEVNULL)
+    except OSError:
+        return None
+
+
+def read_clock_log(path):
+    """(seconds since the epoch, SM MHz) samples of start_clock_log's file (nvidia-smi writes local time)."""
+    samples = []
+    try:
+        with open(path) as f:
+            for line in f:
+                parts = [p.strip() for p in line.split(",")]
+                try:
+                    t = datetime.datetime.strptime(parts[0], "%Y/%m/%d %H:%M:%S.%f").timestamp()
+                    samples.append((t, float(parts[1].split()[0])))
+                except (ValueError, IndexError):
+                    continue
+    except OSError:
+        pass
+    return samples
+
+
+def clock_lines(samples, rows, sizes, sp):
+    """The median SM clock over each timed row's window (rows carry t0 / t1), for the rows the tables' ratios use:
+    a row timed while the clock dipped, or at the power limit, reads slower than the kernel's own level."""
+    if not samples:
+        return []
+    peak = max(c for _, c in samples)
+
+    def clock(r):
+        if r is None or "t0" not in r:
+            return None
+        inside = sorted(c for t, c in samples if r["t0"] - 0.1 <= t <= r["t1"] + 0.1)
+        return inside[len(inside) // 2] if inside else None
+
+    def find(mode, n, what, s=None):
+        return next((r for r in rows if r.get("mode") == mode and r.get("n") == n and r.get("what") == what
+                     and r.get("s") == s and "ms" in r), None)
+
+    out = ["", f"SM clock over each timing (median of 100 ms samples, MHz; the run's highest {peak:.0f}):", ""]
+    low = []
+    for mode in ("prefill", "decode"):
+        s2 = "stage2_chunk" if mode == "prefill" else "stage2_token"
+        first = "stage0" if mode == "prefill" else "stage01_fused"
+        for n in sizes:
+            named = [("cuDNN", find(mode, n, "sdpa_cudnn")), ("FA2", find(mode, n, "sdpa_flash")),
+                     ("Stage 0" if mode == "prefill" else "Stage 0+1", find(mode, n, first))]
+            named += [(f"S2 {s * 100:g}%", find(mode, n, s2, s)) for s in sp]
+            cells = []
+            for name, r in named:
+                c = clock(r)
+                cells.append(f"{name} {c:.0f}" if c is not None else f"{name} n/a")
+                if c is not None and c < 0.95 * peak:
+                    low.append(f"{mode} {n // 1024}K {name}")
+            out.append(f"- {mode} {n // 1024}K: " + ", ".join(cells))
+    if low:
+        out.append("")
+        out.append("Timed below 95 % of the highest clock: " + "; ".join(low) + ".")
+    return out
 
 
 def fmt(x, nd=3):
@@ -83,10 +150,17 @@ def main():
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     here = os.path.dirname(os.path.abspath(__file__))
-    with open(os.path.join(args.out, "bench.jsonl"), "w") as log:
-        ours = run_jsonl([args.bench, "--sizes", args.sizes, "--reps", args.reps], log, args.timeout)
-        torch_rows = run_jsonl([sys.executable, os.path.join(here, "torch_baselines.py"), "--sizes", args.sizes], log,
-                               args.timeout)
+    clock_log = os.path.join(args.out, "sm_clock.csv")
+    sampler = start_clock_log(clock_log)
+    try:
+        with open(os.path.join(args.out, "bench.jsonl"), "w") as log:
+            ours = run_jsonl([args.bench, "--sizes", args.sizes, "--reps", args.reps], log, args.timeout)
+            torch_rows = run_jsonl([sys.executable, os.path.join(here, "torch_baselines.py"), "--sizes", args.sizes],
+                                   log, args.timeout)
+    finally:
+        if sampler is not None:
+            sampler.terminate()
+            sampler.wait()
     info = {}
     for r in ours + torch_rows:
         if "device" in r:
@@ -176,6 +250,7 @@ def main():
                 out.append("Best dense decode timed ten calls back to back, and the step against it: " +
                            "; ".join(notes) + ".")
     out.extend(achieved_rates(m, sizes, sp))
+    out.extend(clock_lines(read_clock_log(clock_log), ours + torch_rows, sizes, sp))
     text = "\n".join(out)
     with open(os.path.join(args.out, "table.md"), "w") as f:
         f.write(text + "\n")

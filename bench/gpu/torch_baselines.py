@@ -12,6 +12,7 @@ of the same name times our kernels on either, so that both sides can run on the 
 import argparse
 import json
 import sys
+import time
 
 import torch
 import torch.nn.functional as F
@@ -24,12 +25,18 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 SPIN_CYCLES = 300_000
 
 
+# Wall-clock window (seconds since the epoch) of the last median_ms's timings, which emit() reports with the next
+# timed row and then forgets: run_gpu_bench.py reads the GPU's clock log over it.
+_window = {}
+
+
 def median_ms(fn, reps=20, warmup=3, calls=1):
     """Median per-call time over `reps` timings of `calls` launches between two events, each timing started behind
     a GPU spin (GPU time only). With several calls back to back, each also overlaps the previous call's host cost."""
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
+    _window["t0"] = time.time()
     times = []
     spin = getattr(torch.cuda, "_sleep", None)  # a private helper of long standing; without it, host time counts
     for _ in range(reps):
@@ -43,11 +50,15 @@ def median_ms(fn, reps=20, warmup=3, calls=1):
         b.record()
         b.synchronize()
         times.append(a.elapsed_time(b) / calls)
+    _window["t1"] = time.time()
     times.sort()
     return times[len(times) // 2]
 
 
 def emit(**kw):
+    if "ms" in kw and "t1" in _window:
+        kw.update(t0=round(_window["t0"], 3), t1=round(_window["t1"], 3))
+        _window.clear()
     print(json.dumps(kw), flush=True)
 
 

@@ -39,3 +39,30 @@ def test_rates_follow_the_work_and_the_bytes():
     assert "S2 75% 1000" in row
     assert "best dense 2.50" in row
     assert "S2 75% 3.00" in row
+
+
+def test_clock_log_is_read_in_local_time(tmp_path):
+    log = tmp_path / "sm_clock.csv"
+    log.write_text("2026/11/27 10:35:14.198, 1980 MHz\nnot a sample\n2026/11/27 10:35:14.298, 1650 MHz\n")
+    samples = load_report().read_clock_log(str(log))
+    assert [c for _, c in samples] == [1980.0, 1650.0]
+    assert abs((samples[1][0] - samples[0][0]) - 0.1) < 1e-6
+    assert load_report().read_clock_log(str(tmp_path / "missing.csv")) == []
+
+
+def test_clock_over_each_timing_flags_the_dips():
+    report = load_report()
+    samples = [(100.0 + 0.1 * i, 1980.0) for i in range(40)] + [(104.0 + 0.1 * i, 1650.0) for i in range(20)]
+    rows = [
+        {"mode": "prefill", "n": 32768, "what": "sdpa_cudnn", "ms": 14.0, "t0": 100.5, "t1": 101.0},
+        {"mode": "prefill", "n": 32768, "what": "stage2_chunk", "s": 0.875, "ms": 2.3, "t0": 104.5, "t1": 105.0},
+        # a row without a window (its timing's window went to another row) reads n/a, and is never flagged
+        {"mode": "prefill", "n": 32768, "what": "stage0", "ms": 0.02},
+    ]
+    lines = report.clock_lines(samples, rows, [32768], [0.875])
+    text = "\n".join(lines)
+    assert "highest 1980" in text
+    row = next(line for line in lines if line.startswith("- prefill 32K"))
+    assert "cuDNN 1980" in row and "S2 87.5% 1650" in row and "Stage 0 n/a" in row
+    assert "Timed below 95 % of the highest clock: prefill 32K S2 87.5%." in text
+    assert report.clock_lines([], rows, [32768], [0.875]) == []
