@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "paged_pool.h"
+#include "reference/backend_io.h"
 
 using namespace dashattn;
 using namespace dashattn::paged_test;
@@ -72,13 +73,7 @@ std::string describe(const Config& c) {
 }
 
 ForwardParams forward_params(const ref::Problem& pr, const MethodParams& m, Outputs& out) {
-  ForwardParams p;
-  p.q = pr.q.view;
-  p.k = pr.k.view;
-  p.v = pr.v.view;
-  p.summary_query = pr.summary_query.view;
-  p.batch = pr.layout();
-  p.method = m;
+  ForwardParams p = ref::forward_inputs(pr, m);
   out.attach(&p);
   return p;
 }

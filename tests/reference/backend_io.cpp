@@ -75,26 +75,27 @@ DeviceProblem upload_problem(Backend& backend, const Problem& pr) {
   return d;
 }
 
-ForwardParams forward_inputs(const DeviceProblem& dev, const MethodParams& method) {
+namespace {
+// forward()'s inputs from a problem's tensors (host or device: both hold .view) and batch layout.
+template <class P>
+ForwardParams forward_inputs_of(const P& pr, const BatchLayout& layout, const MethodParams& method) {
   ForwardParams p;
-  p.q = dev.q.view;
-  p.k = dev.k.view;
-  p.v = dev.v.view;
-  p.summary_query = dev.summary_query.view;
-  p.batch = dev.layout;
+  p.q = pr.q.view;
+  p.k = pr.k.view;
+  p.v = pr.v.view;
+  p.summary_query = pr.summary_query.view;
+  p.batch = layout;
   p.method = method;
   return p;
 }
+}  // namespace
+
+ForwardParams forward_inputs(const DeviceProblem& dev, const MethodParams& method) {
+  return forward_inputs_of(dev, dev.layout, method);
+}
 
 ForwardParams forward_inputs(const Problem& problem, const MethodParams& method) {
-  ForwardParams p;
-  p.q = problem.q.view;
-  p.k = problem.k.view;
-  p.v = problem.v.view;
-  p.summary_query = problem.summary_query.view;
-  p.batch = problem.layout();
-  p.method = method;
-  return p;
+  return forward_inputs_of(problem, problem.layout(), method);
 }
 
 std::vector<Backend*> available_backends(std::vector<std::string>* unavailable_reasons) {
