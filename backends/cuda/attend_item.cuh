@@ -100,16 +100,13 @@ struct AttendItem {
     mma::mbar_expect_tx(q_bar, uint32_t(Cfg::kQBytes));
     mma::mbar_arrive(q_bar);
 #pragma unroll
-    for (int cb = 0; cb < Cfg::kHeadDim / 64; ++cb) {
+    for (int cb = 0; cb < Cfg::kHeadDim / 64; ++cb)
       // Evict-first (attend_config.cuh). The decode tiling never takes this copy: without the policy there, its
       // code stays as it was measured.
-      if constexpr (DASHATTN_ATTEND_L2_HINTS && !Cfg::kTileSplit)
-        mma::tma_load_4d_hint(sQ_addr + uint32_t(cb) * kQBlockBytes, &tmap_q, q_bar, cb * 64, kv_head * g,
-                              int(sp.q_begin + first_token), int(sp.batch_index), mma::l2_policy_evict_first());
-      else
-        mma::tma_load_4d(sQ_addr + uint32_t(cb) * kQBlockBytes, &tmap_q, q_bar, cb * 64, kv_head * g,
-                         int(sp.q_begin + first_token), int(sp.batch_index));
-    }
+      mma::tma_load_4d<DASHATTN_ATTEND_L2_HINTS && !Cfg::kTileSplit>(sQ_addr + uint32_t(cb) * kQBlockBytes, &tmap_q,
+                                                                      q_bar, cb * 64, kv_head * g,
+                                                                      int(sp.q_begin + first_token),
+                                                                      int(sp.batch_index));
   }
 #endif
 

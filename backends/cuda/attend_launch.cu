@@ -199,11 +199,14 @@ void launch_attend_planned(AttendArgs args, int64_t head_dim, DType dtype, const
 // split through its persistent form (one CTA per SM, items in the fixed order, since the launch has no workspace of
 // its own for the item counter), so that the two can be compared in one binary; measurements only.
 namespace {
+// Whether the environment variable `name` is set to `value` (the measurement switches below).
+bool env_is(const char* name, const char* value) {
+  const char* env = std::getenv(name);
+  return env != nullptr && std::strcmp(env, value) == 0;
+}
+
 bool persistent_attend_forced() {
-  static const bool forced = [] {
-    const char* env = std::getenv("DASHATTN_CUDA_ATTEND_PERSISTENT");
-    return env != nullptr && std::strcmp(env, "1") == 0;
-  }();
+  static const bool forced = env_is("DASHATTN_CUDA_ATTEND_PERSISTENT", "1");
   return forced;
 }
 }  // namespace
@@ -211,10 +214,7 @@ bool persistent_attend_forced() {
 // DASHATTN_CUDA_ROW_TMA=0 keeps Q's copy and o's stores on the threads (cp.async, 16-byte stores) where the tensor
 // copies would apply, so that the two can be compared in one binary; measurements only.
 bool row_tensor_copies_allowed() {
-  static const bool allowed = [] {
-    const char* env = std::getenv("DASHATTN_CUDA_ROW_TMA");
-    return env == nullptr || std::strcmp(env, "0") != 0;
-  }();
+  static const bool allowed = !env_is("DASHATTN_CUDA_ROW_TMA", "0");
   return allowed;
 }
 

@@ -140,15 +140,11 @@ __device__ __forceinline__ bool store_staged_rows_tma(const AttendArgs& a, const
     constexpr uint32_t kQBlockBytes = uint32_t(Cfg::kRows) * 128u;
     const uint32_t src = mma::smem_addr(sQ) + uint32_t(slab_row) * 128u;
 #pragma unroll
-    for (int cb = 0; cb < Cfg::kHeadDim / 64; ++cb) {
-      if constexpr (DASHATTN_ATTEND_L2_HINTS)  // evict-first (attend_config.cuh)
-        mma::tma_store_4d_hint(&tmap_o, src + uint32_t(cb) * kQBlockBytes, cb * 64, item.kv_head * item.g + head,
-                               int(item.sp.q_begin + item.first_token + token_in_cta), int(item.sp.batch_index),
-                               mma::l2_policy_evict_first());
-      else
-        mma::tma_store_4d(&tmap_o, src + uint32_t(cb) * kQBlockBytes, cb * 64, item.kv_head * item.g + head,
-                          int(item.sp.q_begin + item.first_token + token_in_cta), int(item.sp.batch_index));
-    }
+    for (int cb = 0; cb < Cfg::kHeadDim / 64; ++cb)  // evict-first (attend_config.cuh)
+      mma::tma_store_4d<bool(DASHATTN_ATTEND_L2_HINTS)>(&tmap_o, src + uint32_t(cb) * kQBlockBytes, cb * 64,
+                                                        item.kv_head * item.g + head,
+                                                        int(item.sp.q_begin + item.first_token + token_in_cta),
+                                                        int(item.sp.batch_index));
     mma::tma_store_commit_and_wait_read();
   }
   return true;

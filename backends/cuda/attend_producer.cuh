@@ -55,13 +55,8 @@ __device__ __forceinline__ void copy_whole_tile(uint32_t fb, typename Cfg::Eleme
   const uint32_t dk = mma::smem_addr(sK), dv = mma::smem_addr(sV);
 #pragma unroll
   for (int cb = 0; cb < Cfg::kColBlocks; ++cb) {
-    if constexpr (kEvictFirst) {
-      mma::tma_load_4d_evict_first(dk + cb * Cfg::kBlockBytes, &tmap_k, fb, cb * 64, row, kv_head, index);
-      mma::tma_load_4d_evict_first(dv + cb * Cfg::kBlockBytes, &tmap_v, fb, cb * 64, row, kv_head, index);
-    } else {
-      mma::tma_load_4d(dk + cb * Cfg::kBlockBytes, &tmap_k, fb, cb * 64, row, kv_head, index);
-      mma::tma_load_4d(dv + cb * Cfg::kBlockBytes, &tmap_v, fb, cb * 64, row, kv_head, index);
-    }
+    mma::tma_load_4d<kEvictFirst>(dk + cb * Cfg::kBlockBytes, &tmap_k, fb, cb * 64, row, kv_head, index);
+    mma::tma_load_4d<kEvictFirst>(dv + cb * Cfg::kBlockBytes, &tmap_v, fb, cb * 64, row, kv_head, index);
   }
 }
 #endif

@@ -89,65 +89,62 @@ __device__ __forceinline__ void mbar_expect_tx(uint32_t addr, uint32_t bytes) {
 __device__ __forceinline__ void prefetch_tensormap(const void* tensor_map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(tensor_map)) : "memory");
 }
+// An L2 evict-first cache policy (createpolicy, for a whole access): for data read or written once, so that it does
+// not push out of L2 what is read again or soon (a decode step's K/V stream; a prefill CTA's Q rows and o rows,
+// beside the K/V tiles that many CTAs read).
+__device__ __forceinline__ uint64_t l2_policy_evict_first() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
+
 // sm_90 tensor copy of one box of a 4-d tensor map (coordinates innermost first) into shared memory, completing
-// as transactions on the barrier.
+// as transactions on the barrier; kEvictFirst: with l2_policy_evict_first.
+template <bool kEvictFirst = false>
 __device__ __forceinline__ void tma_load_4d(uint32_t smem_dst, const void* tensor_map, uint32_t mbar, int c0, int c1,
                                             int c2, int c3) {
-  asm volatile(
-      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6}], "
-      "[%2];\n" ::"r"(smem_dst),
-      "l"(reinterpret_cast<uint64_t>(tensor_map)), "r"(mbar), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
-      : "memory");
+  if constexpr (kEvictFirst) {
+    asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], "
+        "[%1, {%3, %4, %5, %6}], [%2], %7;\n" ::"r"(smem_dst),
+        "l"(reinterpret_cast<uint64_t>(tensor_map)), "r"(mbar), "r"(c0), "r"(c1), "r"(c2), "r"(c3),
+        "l"(l2_policy_evict_first())
+        : "memory");
+  } else {
+    asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6}], "
+        "[%2];\n" ::"r"(smem_dst),
+        "l"(reinterpret_cast<uint64_t>(tensor_map)), "r"(mbar), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+        : "memory");
+  }
 }
 
 // sm_90 tensor store of one box of a 4-d tensor map from shared memory (the bulk-group form: completion is
-// tracked per thread by commit / wait groups). The writes to the box's shared memory must be made visible to the
-// asynchronous proxy first (fence.proxy.async.shared::cta by the writing threads, then a barrier).
+// tracked per thread by commit / wait groups); kEvictFirst as for tma_load_4d. The writes to the box's shared
+// memory must be made visible to the asynchronous proxy first (fence.proxy.async.shared::cta by the writing
+// threads, then a barrier).
+template <bool kEvictFirst = false>
 __device__ __forceinline__ void tma_store_4d(const void* tensor_map, uint32_t smem_src, int c0, int c1, int c2,
                                              int c3) {
-  asm volatile(
-      "cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];\n" ::"l"(
-          reinterpret_cast<uint64_t>(tensor_map)),
-      "r"(smem_src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
-      : "memory");
+  if constexpr (kEvictFirst) {
+    asm volatile(
+        "cp.async.bulk.tensor.4d.global.shared::cta.bulk_group.L2::cache_hint [%0, {%2, %3, %4, %5}], [%1], %6;\n" ::
+            "l"(reinterpret_cast<uint64_t>(tensor_map)),
+        "r"(smem_src), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "l"(l2_policy_evict_first())
+        : "memory");
+  } else {
+    asm volatile(
+        "cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];\n" ::"l"(
+            reinterpret_cast<uint64_t>(tensor_map)),
+        "r"(smem_src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+        : "memory");
+  }
 }
 // Commits this thread's tensor stores and waits until their shared memory has been read (the writes to global
 // memory complete on their own; the shared memory may then be reused or released).
 __device__ __forceinline__ void tma_store_commit_and_wait_read() {
   asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
   asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
-}
-
-// An L2 evict-first cache policy (createpolicy, for a whole access): for data read or written once, so that it does
-// not push out of L2 what is read again or soon.
-__device__ __forceinline__ uint64_t l2_policy_evict_first() {
-  uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
-  return policy;
-}
-// tma_load_4d with an L2 cache policy.
-__device__ __forceinline__ void tma_load_4d_hint(uint32_t smem_dst, const void* tensor_map, uint32_t mbar, int c0,
-                                                 int c1, int c2, int c3, uint64_t policy) {
-  asm volatile(
-      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], "
-      "[%1, {%3, %4, %5, %6}], [%2], %7;\n" ::"r"(smem_dst),
-      "l"(reinterpret_cast<uint64_t>(tensor_map)), "r"(mbar), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "l"(policy)
-      : "memory");
-}
-// tma_store_4d with an L2 cache policy.
-__device__ __forceinline__ void tma_store_4d_hint(const void* tensor_map, uint32_t smem_src, int c0, int c1, int c2,
-                                                  int c3, uint64_t policy) {
-  asm volatile(
-      "cp.async.bulk.tensor.4d.global.shared::cta.bulk_group.L2::cache_hint [%0, {%2, %3, %4, %5}], [%1], %6;\n" ::
-          "l"(reinterpret_cast<uint64_t>(tensor_map)),
-      "r"(smem_src), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "l"(policy)
-      : "memory");
-}
-// The copy with an L2 evict-first policy: for data read once (a decode step's K/V stream), so that it does not
-// push out of L2 what the step reads again or soon (summaries, masks, the kernels' code).
-__device__ __forceinline__ void tma_load_4d_evict_first(uint32_t smem_dst, const void* tensor_map, uint32_t mbar,
-                                                        int c0, int c1, int c2, int c3) {
-  tma_load_4d_hint(smem_dst, tensor_map, mbar, c0, c1, c2, c3, l2_policy_evict_first());
 }
 #endif
 
