@@ -60,9 +60,10 @@ def read_clock_log(path):
     return samples
 
 
-def clock_lines(samples, rows, sizes, sp):
-    """The median SM clock over each timed row's window (rows carry t0 / t1), for the rows the tables' ratios use:
-    a row timed while the clock dipped, or at the power limit, reads slower than the kernel's own level."""
+def clock_lines(samples, m, sizes, sp):
+    """The median SM clock over each timed row's window (rows carry t0 / t1), for the rows the tables' ratios use
+    (m: the timed rows by (mode, n, what, s), as main builds it): a row timed while the clock dipped, or at the power
+    limit, reads slower than the kernel's own level."""
     if not samples:
         return []
     peak = max(c for _, c in samples)
@@ -73,19 +74,15 @@ def clock_lines(samples, rows, sizes, sp):
         inside = sorted(c for t, c in samples if r["t0"] - 0.1 <= t <= r["t1"] + 0.1)
         return inside[len(inside) // 2] if inside else None
 
-    def find(mode, n, what, s=None):
-        return next((r for r in rows if r.get("mode") == mode and r.get("n") == n and r.get("what") == what
-                     and r.get("s") == s and "ms" in r), None)
-
     out = ["", f"SM clock over each timing (median of 100 ms samples, MHz; the run's highest {peak:.0f}):", ""]
     low = []
     for mode in ("prefill", "decode"):
         s2 = "stage2_chunk" if mode == "prefill" else "stage2_token"
         first = "stage0" if mode == "prefill" else "stage01_fused"
         for n in sizes:
-            named = [("cuDNN", find(mode, n, "sdpa_cudnn")), ("FA2", find(mode, n, "sdpa_flash")),
-                     ("Stage 0" if mode == "prefill" else "Stage 0+1", find(mode, n, first))]
-            named += [(f"S2 {s * 100:g}%", find(mode, n, s2, s)) for s in sp]
+            named = [("cuDNN", m.get((mode, n, "sdpa_cudnn", None))), ("FA2", m.get((mode, n, "sdpa_flash", None))),
+                     ("Stage 0" if mode == "prefill" else "Stage 0+1", m.get((mode, n, first, None)))]
+            named += [(f"S2 {s * 100:g}%", m.get((mode, n, s2, s))) for s in sp]
             cells = []
             for name, r in named:
                 c = clock(r)
@@ -250,7 +247,7 @@ def main():
                 out.append("Best dense decode timed ten calls back to back, and the step against it: " +
                            "; ".join(notes) + ".")
     out.extend(achieved_rates(m, sizes, sp))
-    out.extend(clock_lines(read_clock_log(clock_log), ours + torch_rows, sizes, sp))
+    out.extend(clock_lines(read_clock_log(clock_log), m, sizes, sp))
     text = "\n".join(out)
     with open(os.path.join(args.out, "table.md"), "w") as f:
         f.write(text + "\n")

@@ -53,12 +53,12 @@ def test_clock_log_is_read_in_local_time(tmp_path):
 def test_clock_over_each_timing_flags_the_dips():
     report = load_report()
     samples = [(100.0 + 0.1 * i, 1980.0) for i in range(40)] + [(104.0 + 0.1 * i, 1650.0) for i in range(20)]
-    rows = [
-        {"mode": "prefill", "n": 32768, "what": "sdpa_cudnn", "ms": 14.0, "t0": 100.5, "t1": 101.0},
-        {"mode": "prefill", "n": 32768, "what": "stage2_chunk", "s": 0.875, "ms": 2.3, "t0": 104.5, "t1": 105.0},
+    rows = {
+        ("prefill", 32768, "sdpa_cudnn", None): {"ms": 14.0, "t0": 100.5, "t1": 101.0},
+        ("prefill", 32768, "stage2_chunk", 0.875): {"ms": 2.3, "t0": 104.5, "t1": 105.0},
         # a row without a window (its timing's window went to another row) reads n/a, and is never flagged
-        {"mode": "prefill", "n": 32768, "what": "stage0", "ms": 0.02},
-    ]
+        ("prefill", 32768, "stage0", None): {"ms": 0.02},
+    }
     lines = report.clock_lines(samples, rows, [32768], [0.875])
     text = "\n".join(lines)
     assert "highest 1980" in text
