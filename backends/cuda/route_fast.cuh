@@ -8,7 +8,7 @@
 // chunk id to a per-row list, where m' is the row's maximum over the chunks scored so far (m' ≤ m, so the list
 // holds every final candidate, plus stale entries that the row's maximum later overtook; they are dropped before
 // the solve). Entries go in chunk order, except that a full block lists a 16-chunk sub-tile quad lane by quad
-// lane (lane_list); the solve and the emit do not depend on the order. A list about to overflow is first
+// lane (queue_push / queue_drain); the solve and the emit do not depend on the order. A list about to overflow is first
 // compacted against the current maximum; a row whose candidates still do not fit makes the block route itself
 // with the multi-pass algorithm (route_block, route_kernels.cuh), from scratch, or in the instance launched for
 // long sequences hand itself to the multi-pass kernel. (On the synthetic benchmark
@@ -97,8 +97,8 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
   float* col_max = row_tau + kRows;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  // A full block's listing queue (lane_list), one per warp: 32 (lane, row group) pairs, their four raw scores and
-  // their row, quad, threshold and limit.
+  // A full block's listing queue (queue_push / queue_drain), one per warp: 32 (lane, row group) pairs, their four
+  // raw scores and their row, first chunk, threshold and limit.
   float4* const queue_val = reinterpret_cast<float4*>(col_max + kRows) + warp * 32;
   int4* const queue_meta = reinterpret_cast<int4*>(col_max + kRows) + kWarps * 32 + warp * 32;
   const int grp = lane >> 2, quad = lane & 3;
@@ -230,6 +230,82 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
     }
   int overflow = cmax > kMaxListChunk;  // block-uniform
   int lane_overflow = 0;                // a full block's row this lane listed into overflowed
+  // A full block's listing, part two: a lane per queued pair lists it. The pairs of a row share its list (in one
+  // drain they may come from several sub-tiles): the lanes holding the row's pairs find each other with a match,
+  // each takes its offset from the candidates of the row's pairs queued before it, and the row's first pair
+  // reserves the row's space (compacting the list first when it would overflow) and hands out the base. A row's
+  // entries are in chunk order across sub-tiles and in quad order within one (the solve and the emit need no
+  // order; the order is fixed, so results are reproducible). Listing a sub-tile's pairs at once ran this part once
+  // per sub-tile, nearly always (a warp's 32 rows list ~7 pairs per sub-tile); a queue of 32 runs it about every
+  // third to fifth.
+  constexpr int kQueue = 32;
+  int queued = 0;  // warp-uniform: pairs in the warp's queue
+  auto queue_drain = [&]() {
+    __syncwarp();  // the queue's entries are visible
+    int row = -1 - lane;  // lanes without a pair: a row of their own
+    float x[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    bool p[4] = {false, false, false, false};
+    int id0 = 0;
+    float t = 0.0f;
+    if (lane < queued) {
+      const float4 v = queue_val[lane];
+      const int4 meta = queue_meta[lane];
+      row = meta.x;
+      id0 = meta.y;
+      t = __int_as_float(meta.z);
+      x[0] = v.x * a.x_scale;
+      x[1] = v.y * a.x_scale;
+      x[2] = v.z * a.x_scale;
+      x[3] = v.w * a.x_scale;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) p[e] = id0 + (e >> 1) * 8 + (e & 1) < meta.w && x[e] > t;
+    }
+    const unsigned same = __match_any_sync(0xffffffffu, row);
+    const unsigned before_mask = same & ((1u << lane) - 1u);
+    int before = 0, need = 0;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const unsigned b = __ballot_sync(0xffffffffu, p[e]);
+      before += __popc(b & before_mask);
+      need += __popc(b & same);
+    }
+    const int first_lane = __ffs(same) - 1;
+    int base = 0;
+    if (lane < queued && first_lane == lane) {
+      const int lbase = row * lstride;
+      int c = col_count[row];
+      if (c <= cap && c + need > cap) {
+        // Rare: drop the entries the maximum has since overtaken (they cannot carry weight), then retry; still
+        // too many and the row overflows (the block goes to the multi-pass kernel). The first pair's threshold is
+        // the row's lowest in the drain, so nothing that can carry weight is dropped.
+        c = compact_list(list_val + lbase, list_id + lbase, c, t);
+        if (c + need > cap) c = cap + 1;
+      }
+      base = c;
+      col_count[row] = c <= cap ? c + need : cap + 1;
+    }
+    // The leader's compaction read and moved entries that the row's other lanes now overwrite (a shuffle does not
+    // order memory).
+    __syncwarp();
+    base = __shfl_sync(0xffffffffu, base, first_lane);
+    if (lane < queued) {
+      if (base <= cap) {
+        int slot = row * lstride + base + before;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          if (p[e]) {
+            list_val[slot] = x[e];
+            list_id[slot] = static_cast<uint16_t>(id0 + (e >> 1) * 8 + (e & 1));
+          }
+          slot += p[e] ? 1 : 0;
+        }
+      } else {
+        lane_overflow = 1;
+      }
+    }
+    __syncwarp();  // the queue may be refilled
+    queued = 0;
+  };
   const int steps = overflow ? 0 : (split ? 2 : 1) * ntiles;
   for (int s = 0; s + 1 < stages; ++s) {
     if (s < steps) load_next();
@@ -356,20 +432,13 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
           }
       }
     };
-    // A full block's listing. Only the (lane, row group) pairs that hold a candidate are visited: a lane has one in
-    // row group (mt, h) iff its maximum over the group's four values passes the row's threshold (x·s rounds
-    // non-decreasingly in x, so max(x)·s > thr iff some x·s > thr), about one pair in twenty on the benchmark
-    // problem. Those pairs are queued in shared memory, row group by row group and lane by lane (so a row's pairs,
-    // at most one per quad lane, are adjacent), and a lane per queued pair lists it: the warp spends one round on a
-    // sub-tile whatever lanes the pairs fall on. (Listing in the lanes that hold the scores ran the listing code of
-    // every row group any lane of the warp listed in: nearly all of them, ~170 of a sub-tile's ~350 instructions.)
-    // The pairs of a row share its list: a scan over the adjacent pairs gives each its offset, the row's first pair
-    // reserves the row's space (compacting the list first when it would overflow) and hands out the base. A row's
-    // entries are in chunk order across sub-tiles and in quad order within one (the solve and the emit need no
-    // order; the order is fixed, so results are reproducible).
-    auto lane_list = [&](const float (&acc)[kMT][2][4], int c0, const float (&lm)[kMT][2],
-                         const float (&thr)[kMT][2]) {
-      // Queue positions: row group by row group, lanes in order within one.
+    // A full block's listing, part one. Only the (lane, row group) pairs that hold a candidate are queued: a lane
+    // has one in row group (mt, h) iff its maximum over the group's four values passes the row's threshold (x·s
+    // rounds non-decreasingly in x, so max(x)·s > thr iff some x·s > thr), about one pair in twenty on the benchmark
+    // problem. They go to the warp's queue in shared memory, row group by row group and lane by lane, after the
+    // pairs of the earlier sub-tiles; queue_drain (part two) lists a full queue, and the rest at the sweep's end.
+    auto queue_push = [&](const float (&acc)[kMT][2][4], int c0, const float (&lm)[kMT][2],
+                          const float (&thr)[kMT][2]) {
       const unsigned below = (1u << lane) - 1u;
       int rank[kMT][2];  // −1: no pair
       int total = 0;
@@ -382,93 +451,24 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
           rank[mt][h] = has ? total + __popc(b & below) : -1;
           total += __popc(b);
         }
-      if (total == 0) return;  // warp-uniform
-      for (int r0 = 0; r0 < total; r0 += 32) {
+      // Pairs r0 .. r0 + take − 1 at the queue's end; a full queue is listed before the rest go in.
+      for (int r0 = 0; r0 < total;) {
+        const int take = total - r0 < kQueue - queued ? total - r0 : kQueue - queued;
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const int rk = rank[mt][h] - r0;
-            if (rank[mt][h] >= 0 && rk >= 0 && rk < 32) {
-              queue_val[rk] = make_float4(acc[mt][0][2 * h], acc[mt][0][2 * h + 1], acc[mt][1][2 * h],
-                                          acc[mt][1][2 * h + 1]);
-              queue_meta[rk] =
-                  make_int4(col_base + mt * 16 + grp + 8 * h, quad, __float_as_int(thr[mt][h]), lim[mt][h]);
+            if (rank[mt][h] >= 0 && rk >= 0 && rk < take) {
+              queue_val[queued + rk] = make_float4(acc[mt][0][2 * h], acc[mt][0][2 * h + 1], acc[mt][1][2 * h],
+                                                   acc[mt][1][2 * h + 1]);
+              queue_meta[queued + rk] = make_int4(col_base + mt * 16 + grp + 8 * h, c0 + 2 * quad,
+                                                  __float_as_int(thr[mt][h]), lim[mt][h]);
             }
           }
-        __syncwarp();
-        const int items = total - r0 < 32 ? total - r0 : 32;
-        int row = -1 - lane;  // lanes without a pair: a row of their own
-        float x[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        bool p[4] = {false, false, false, false};
-        int add = 0, id0 = 0;
-        if (lane < items) {
-          const float4 v = queue_val[lane];
-          const int4 meta = queue_meta[lane];
-          row = meta.x;
-          id0 = c0 + 2 * meta.y;
-          const float t = __int_as_float(meta.z);
-          const bool interior = c0 + kSubChunks <= meta.w;
-          x[0] = v.x * a.x_scale;
-          x[1] = v.y * a.x_scale;
-          x[2] = v.z * a.x_scale;
-          x[3] = v.w * a.x_scale;
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            p[e] = (interior || id0 + (e >> 1) * 8 + (e & 1) < meta.w) && x[e] > t;
-            add += p[e] ? 1 : 0;
-          }
-        }
-        // The row's pairs are adjacent lanes, at most four: offsets from the three lanes before, the row's total
-        // from the three after. (row, add) packed in one word: row < 2^20, add ≤ 4.
-        const int key = row * 8 + add;
-        int before = 0, ahead = 0, first_lane = lane;
-#pragma unroll
-        for (int k = 1; k <= 3; ++k) {
-          const int up = __shfl_up_sync(0xffffffffu, key, k);
-          const int down = __shfl_down_sync(0xffffffffu, key, k);
-          if (lane >= k && (up >> 3) == row) {
-            before += up & 7;
-            first_lane = lane - k;
-          }
-          if (lane + k < 32 && (down >> 3) == row) ahead += down & 7;
-        }
-        // The row's first pair reserves before + add + ahead entries.
-        int base = 0;
-        if (lane < items && first_lane == lane) {
-          const int need = add + ahead;
-          const int lbase = row * lstride;
-          int c = col_count[row];
-          if (c <= cap && c + need > cap) {
-            // Rare: drop the entries the maximum has since overtaken (they cannot carry weight), then retry;
-            // still too many and the row overflows (the block goes to the multi-pass kernel).
-            c = compact_list(list_val + lbase, list_id + lbase, c, __int_as_float(queue_meta[lane].z));
-            if (c + need > cap) c = cap + 1;
-          }
-          base = c;
-          if (c <= cap) col_count[row] = c + need;
-          else col_count[row] = cap + 1;
-        }
-        // The leader's compaction read and moved entries that the row's other lanes now overwrite (a shuffle does
-        // not order memory).
-        __syncwarp();
-        base = __shfl_sync(0xffffffffu, base, first_lane);
-        if (lane < items) {
-          if (base <= cap) {
-            int slot = row * lstride + base + before;
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              if (p[e]) {
-                list_val[slot] = x[e];
-                list_id[slot] = static_cast<uint16_t>(id0 + (e >> 1) * 8 + (e & 1));
-              }
-              slot += p[e] ? 1 : 0;
-            }
-          } else {
-            lane_overflow = 1;
-          }
-        }
-        __syncwarp();
+        queued += take;
+        r0 += take;
+        if (queued == kQueue) queue_drain();
       }
     };
     if (split) {
@@ -490,7 +490,7 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
         float acc0[kMT][2][4], acc1[kMT][2][4];
         score_subtile<T>(acc0, qf, mt_active, brow_of(sub));
         score_subtile<T>(acc1, qf, mt_active, brow_of(sub + 1));
-        // Each lane's maxima of the two sub-tiles per row group, kept apart for lane_list.
+        // Each lane's maxima of the two sub-tiles per row group, kept apart for queue_push.
         float lm0[kMT][2], lm1[kMT][2];
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt)
@@ -506,8 +506,8 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
             bound[mt][h] = quad_max(fmaxf(bound[mt][h], fmaxf(lm0[mt][h], lm1[mt][h])));
             thr[mt][h] = candidate_threshold(bound[mt][h] * a.x_scale);
           }
-        lane_list(acc0, c0, lm0, thr);
-        if (c0 + kSubChunks < cmax) lane_list(acc1, c0 + kSubChunks, lm1, thr);
+        queue_push(acc0, c0, lm0, thr);
+        if (c0 + kSubChunks < cmax) queue_push(acc1, c0 + kSubChunks, lm1, thr);
       }
     }
     if (split && v == ntiles - 1) {
@@ -522,6 +522,7 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
         }
     }
   }
+  if (!split && !overflow && queued > 0) queue_drain();  // (warp-uniform)
   cp_async_wait(0);
   {
     int row_overflow = 0;
