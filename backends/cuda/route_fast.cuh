@@ -8,8 +8,8 @@
 // chunk id to a per-row list, where m' is the row's maximum over the chunks scored so far (m' ≤ m, so the list
 // holds every final candidate, plus stale entries that the row's maximum later overtook; they are dropped before
 // the solve). Entries go in chunk order, except that a full block lists a 16-chunk sub-tile quad lane by quad
-// lane (queue_push / queue_drain); the solve and the emit do not depend on the order. A list about to overflow is first
-// compacted against the current maximum; a row whose candidates still do not fit makes the block route itself
+// lane (queue_push / queue_drain); the solve and the emit do not depend on the order. A list about to overflow is
+// first compacted against the current maximum; a row whose candidates still do not fit makes the block route itself
 // with the multi-pass algorithm (route_block, route_kernels.cuh), from scratch, or in the instance launched for
 // long sequences hand itself to the multi-pass kernel. (On the synthetic benchmark
 // problem at 64K tokens a row lists 2.6 final candidates and 6.9 entries in all on average, at most 36 of the 44
@@ -62,7 +62,7 @@ struct FastSmem {
   __host__ __device__ static size_t val_bytes(int cap) { return (size_t(cap + 1) * C::kRows * 4 + 15) / 16 * 16; }
   __host__ __device__ static size_t id_bytes(int cap) { return (size_t(cap + 1) * C::kRows * 2 + 15) / 16 * 16; }
   static constexpr size_t kRowBytes = size_t(C::kRows) * 4 * 4;  // column counts and maxima, row limits, row τ
-  // A full block's listing queues: per warp 32 pairs of four scores and (row, quad, threshold, limit).
+  // A full block's listing queues: per warp 32 pairs of four scores and (row, first chunk, threshold, limit).
   static constexpr size_t kListingBytes = size_t(kWarps) * 32 * (16 + 16);
   // in_place (the instance whose overflowing blocks route themselves, route_block): at least the multi-pass
   // layout, which such a block reuses; the other instance hands those blocks over and needs only the sweep's.
@@ -101,9 +101,10 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
   // raw scores and their row, first chunk, threshold and limit. The scores go in as two 8-byte halves, each an
   // accumulator's register pair as the MMA left it (one 16-byte store needed four register moves per pair; the
   // halves took 1-2 % off Stage 1 on an H100). Layout: all warps' low halves, high halves, then metadata.
-  float2* const queue_lo = reinterpret_cast<float2*>(col_max + kRows) + warp * 32;
-  float2* const queue_hi = reinterpret_cast<float2*>(col_max + kRows) + kWarps * 32 + warp * 32;
-  int4* const queue_meta = reinterpret_cast<int4*>(queue_lo - warp * 32 + 2 * kWarps * 32) + warp * 32;
+  float2* const queues = reinterpret_cast<float2*>(col_max + kRows);
+  float2* const queue_lo = queues + warp * 32;
+  float2* const queue_hi = queues + kWarps * 32 + warp * 32;
+  int4* const queue_meta = reinterpret_cast<int4*>(queues + 2 * kWarps * 32) + warp * 32;
   const int grp = lane >> 2, quad = lane & 3;
   const int g = a.group;
   const int r = blockIdx.y;
