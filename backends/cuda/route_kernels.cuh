@@ -78,7 +78,6 @@ __device__ __forceinline__ uint32_t pack2(T lo, T hi) {
   return static_cast<uint32_t>(a) | (static_cast<uint32_t>(b) << 16);
 }
 
-// Accumulated per-row statistics of one certified pass at trial t (entmax.h's PassSums).
 // Routable chunks of block row rho (the token's diagonal chunk c_i; 0 for padding rows and rows past the block's
 // tokens), shared by the routing kernels.
 __device__ __forceinline__ int routable_chunks(const RouteArgs& a, const SequenceSpan& sp, int64_t tok0, int rho,
