@@ -131,7 +131,7 @@ __device__ __forceinline__ void emit_block_tokens(const RouteArgs& a, const Sequ
     // The table form needs the union bitset, its prefix counts, the routed bits, the rows' chunks and
     // [union size][head_stride] weights to fit.
     bool table_form = 3 * words_scored <= scratch_words;
-    int union_size = 0, table_off = 0;
+    int union_size = 0;
     if (table_form) {
       for (int k = lane; k < words_scored; k += 32) ubits[k] = 0u;
       __syncwarp();
@@ -161,7 +161,7 @@ __device__ __forceinline__ void emit_block_tokens(const RouteArgs& a, const Sequ
       union_size = running;
       // The table starts on a 16-byte boundary and is zeroed in 16-byte stores (the scratch of each warp starts on
       // one): a store per float was ~a tenth of the emit's instructions on the benchmark problem.
-      table_off = (3 * words_scored + union_size + 3) & ~3;
+      const int table_off = (3 * words_scored + union_size + 3) & ~3;
       table_form = table_off + (union_size * head_stride + 3) / 4 * 4 <= scratch_words;
       table = scratch + table_off;
     }
