@@ -42,7 +42,7 @@ __device__ __forceinline__ void emit_block_tokens(const RouteArgs& a, const Sequ
   for (int t = warp; t < tokens; t += kWarps) {
     const int64_t i = tok0 + t;
     const bool real = i < sp.n_q;
-    const int64_t diag = real ? diagonal_chunk(query_position(i, sp.n_q, sp.n_k), a.chunk) : -1;
+    const int64_t diag = real ? query_diagonal_chunk(a, sp, i) : -1;
     uint32_t* mask_row = token_mask_row(a, sp, r, i);
     auto write_word = [&](int64_t word, uint32_t bits) {
       if (!real) bits = 0u;

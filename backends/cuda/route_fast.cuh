@@ -125,7 +125,7 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
   }
   const int64_t last_real = (tok0 + tokens < sp.n_q ? tok0 + tokens : sp.n_q) - 1;
   const int64_t cmax64 =
-      last_real >= tok0 ? diagonal_chunk(query_position(last_real, sp.n_q, sp.n_k), a.chunk) : 0;
+      last_real >= tok0 ? query_diagonal_chunk(a, sp, last_real) : 0;
   const int cmax = static_cast<int>(cmax64 < kMaxListChunk + 1 ? cmax64 : kMaxListChunk + 1);
   const int ntiles = (cmax + kStageChunks - 1) / kStageChunks;
   // Split block: all warps take rows 0..kWarpRows−1, warp w the sub-tile w of every tile.

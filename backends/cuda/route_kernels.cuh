@@ -78,13 +78,19 @@ __device__ __forceinline__ uint32_t pack2(T lo, T hi) {
   return static_cast<uint32_t>(a) | (static_cast<uint32_t>(b) << 16);
 }
 
+// The diagonal chunk of query i < sp.n_q of sequence sp. The chunk size is a power of two (16 to 128) and the
+// position is not negative (n_q <= n_k), so a shift gives diagonal_chunk's quotient without a 64-bit division.
+__device__ __forceinline__ int64_t query_diagonal_chunk(const RouteArgs& a, const SequenceSpan& sp, int64_t i) {
+  return query_position(i, sp.n_q, sp.n_k) >> (__ffs(a.chunk) - 1);
+}
+
 // Routable chunks of block row rho (the token's diagonal chunk c_i; 0 for padding rows and rows past the block's
 // tokens), shared by the routing kernels.
 __device__ __forceinline__ int routable_chunks(const RouteArgs& a, const SequenceSpan& sp, int64_t tok0, int rho,
                                                int rows_used, int g) {
   if (rho >= rows_used) return 0;
   const int64_t i = tok0 + rho / g;
-  return i < sp.n_q ? static_cast<int>(diagonal_chunk(query_position(i, sp.n_q, sp.n_k), a.chunk)) : 0;
+  return i < sp.n_q ? static_cast<int>(query_diagonal_chunk(a, sp, i)) : 0;
 }
 
 // Where the routing outputs of (sequence sp, KV head r) live, for every routing kernel: row ρ's τ of the block of
@@ -294,7 +300,7 @@ __device__ __forceinline__ void route_block(const RouteArgs& a, int64_t tok0, in
   }
   // The last real token routes furthest (c_i grows with i).
   const int64_t last_real = (tok0 + tokens < sp.n_q ? tok0 + tokens : sp.n_q) - 1;
-  const int cmax = last_real >= tok0 ? static_cast<int>(diagonal_chunk(query_position(last_real, sp.n_q, sp.n_k), a.chunk)) : 0;
+  const int cmax = last_real >= tok0 ? static_cast<int>(query_diagonal_chunk(a, sp, last_real)) : 0;
   const int ntiles = static_cast<int>((cmax + kTileChunks - 1) / kTileChunks);
 
   // Q fragments (A operand, row-major m16 x k16) for this warp's rows, loaded once.
@@ -551,7 +557,7 @@ __device__ __forceinline__ void route_block(const RouteArgs& a, int64_t tok0, in
   auto write_word = [&](int token, int64_t word, uint32_t bits) {
     const int64_t i = tok0 + token;
     if (i < sp.n_q) {
-      const int64_t diag = diagonal_chunk(query_position(i, sp.n_q, sp.n_k), a.chunk);
+      const int64_t diag = query_diagonal_chunk(a, sp, i);
       if ((diag >> 5) == word) bits |= 1u << (diag & 31);
     } else {
       bits = 0u;
