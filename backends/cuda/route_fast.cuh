@@ -463,7 +463,7 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const int rk = rank[mt][h] - r0;
-            if (rank[mt][h] >= 0 && rk >= 0 && rk < take) {
+            if (rk >= 0 && rk < take) {  // (r0 >= 0: rk >= 0 holds only for a lane with a pair)
               queue_lo[queued + rk] = make_float2(acc[mt][0][2 * h], acc[mt][0][2 * h + 1]);
               queue_hi[queued + rk] = make_float2(acc[mt][1][2 * h], acc[mt][1][2 * h + 1]);
               queue_meta[queued + rk] = make_int4(col_base + mt * 16 + grp + 8 * h, c0 + 2 * quad,
