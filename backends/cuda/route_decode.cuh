@@ -185,7 +185,7 @@ __device__ __forceinline__ DecodePair decode_pair(const RouteArgs& a, int tokens
   p.tokens = static_cast<int>(owned_rows < tokens_alloc + 1 ? owned_rows : tokens_alloc + 1);
   p.rows_used = p.tokens * a.group;
   const int64_t last_real = (owned_rows < p.sp.n_q ? owned_rows : p.sp.n_q) - 1;
-  p.cmax = last_real >= 0 ? diagonal_chunk(query_position(last_real, p.sp.n_q, p.sp.n_k), a.chunk) : 0;
+  p.cmax = last_real >= 0 ? query_diagonal_chunk(a, p.sp, last_real) : 0;
   p.words_needed = (p.cmax + 31) / 32;
   p.fits = p.tokens <= tokens_alloc && p.rows_used <= rows_alloc && p.words_needed * 32 <= chunks_cap;
   return p;
@@ -264,12 +264,12 @@ __device__ __forceinline__ bool group_weight_of_rows(const float* weights, int s
   return group_log_weight(w, g, lg);
 }
 
-// The diagonal chunk of each of the pair's tokens (−1 for a padding token), for the mask stores: one 64-bit
-// division per token instead of one per stored word.
+// The diagonal chunk of each of the pair's tokens (−1 for a padding token), for the mask stores: found once per
+// token instead of once per stored word.
 __device__ __forceinline__ void token_diagonals(const RouteArgs& a, const SequenceSpan& sp, int tokens,
                                                 int64_t* tok_diag, int tid, int nthreads) {
   for (int t = tid; t < tokens; t += nthreads)
-    tok_diag[t] = t < sp.n_q ? diagonal_chunk(query_position(t, sp.n_q, sp.n_k), a.chunk) : -1;
+    tok_diag[t] = t < sp.n_q ? query_diagonal_chunk(a, sp, t) : -1;
 }
 
 // Stores mask word `word` of a token whose mask row starts at `row` (lane 0 of the warp that computed `bits`): zero
