@@ -446,38 +446,37 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
     // Past cmax the second sub-tile's maxima stay −∞ (every chunk is past every row's limit) and it queues nothing.
     auto queue_push = [&](const float (&acc0)[kMT][2][4], const float (&acc1)[kMT][2][4], int c0,
                           const float (&lm0)[kMT][2], const float (&lm1)[kMT][2], const float (&thr)[kMT][2]) {
-      const unsigned below = (1u << lane) - 1u;
-      int rank[2][kMT][2];  // −1: no pair
-      int total = 0;
-#pragma unroll
-      for (int sub = 0; sub < 2; ++sub)
-#pragma unroll
-        for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const bool has = (sub ? lm1 : lm0)[mt][h] * a.x_scale > thr[mt][h];
-            const unsigned b = __ballot_sync(0xffffffffu, has);
-            rank[sub][mt][h] = has ? total + __popc(b & below) : -1;
-            total += __popc(b);
-          }
-      // Pairs r0 .. r0 + take − 1 at the queue's end; a full queue is listed before the rest go in.
-      for (int r0 = 0; r0 < total;) {
-        const int take = total - r0 < kQueue - queued ? total - r0 : kQueue - queued;
+      // fn(sub, mt, h) for the pair's row groups in queue order (unrolled: the indices are constants).
+      auto for_each_group = [&](auto&& fn) {
 #pragma unroll
         for (int sub = 0; sub < 2; ++sub)
 #pragma unroll
           for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              const int rk = rank[sub][mt][h] - r0;  // (r0 >= 0: rk >= 0 holds only for a lane with a pair)
-              if (rk >= 0 && rk < take) {
-                const float (&acc)[kMT][2][4] = sub ? acc1 : acc0;
-                queue_lo[queued + rk] = make_float2(acc[mt][0][2 * h], acc[mt][0][2 * h + 1]);
-                queue_hi[queued + rk] = make_float2(acc[mt][1][2 * h], acc[mt][1][2 * h + 1]);
-                queue_meta[queued + rk] = make_int4(col_base + mt * 16 + grp + 8 * h, c0 + sub * kSubChunks + 2 * quad,
-                                                    __float_as_int(thr[mt][h]), lim[mt][h]);
-              }
-            }
+            for (int h = 0; h < 2; ++h) fn(sub, mt, h);
+      };
+      const unsigned below = (1u << lane) - 1u;
+      int rank[2][kMT][2];  // −1: no pair
+      int total = 0;
+      for_each_group([&](int sub, int mt, int h) {
+        const bool has = (sub ? lm1 : lm0)[mt][h] * a.x_scale > thr[mt][h];
+        const unsigned b = __ballot_sync(0xffffffffu, has);
+        rank[sub][mt][h] = has ? total + __popc(b & below) : -1;
+        total += __popc(b);
+      });
+      // Pairs r0 .. r0 + take − 1 at the queue's end; a full queue is listed before the rest go in.
+      for (int r0 = 0; r0 < total;) {
+        const int take = total - r0 < kQueue - queued ? total - r0 : kQueue - queued;
+        for_each_group([&](int sub, int mt, int h) {
+          const int rk = rank[sub][mt][h] - r0;  // (r0 >= 0: rk >= 0 holds only for a lane with a pair)
+          if (rk >= 0 && rk < take) {
+            const float (&acc)[kMT][2][4] = sub ? acc1 : acc0;
+            queue_lo[queued + rk] = make_float2(acc[mt][0][2 * h], acc[mt][0][2 * h + 1]);
+            queue_hi[queued + rk] = make_float2(acc[mt][1][2 * h], acc[mt][1][2 * h + 1]);
+            queue_meta[queued + rk] = make_int4(col_base + mt * 16 + grp + 8 * h, c0 + sub * kSubChunks + 2 * quad,
+                                                __float_as_int(thr[mt][h]), lim[mt][h]);
+          }
+        });
         queued += take;
         r0 += take;
         if (queued == kQueue) queue_drain();

@@ -157,6 +157,7 @@ __device__ __forceinline__ void store_token_mu(const RouteArgs& a, const Sequenc
                     parts, stride);
 }
 
+// Accumulated per-row statistics of one certified pass at trial t (entmax.h's PassSums).
 struct RowSums {
   int k;
   double s1, s2, sp, spm1;
