@@ -185,6 +185,14 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
     for (int h = 0; h < 2; ++h) lim[mt][h] = row_limit[row_base + mt * 16 + grp + 8 * h];
     mt_active[mt] = __any_sync(0xffffffffu, lim[mt][0] > 0 || lim[mt][1] > 0);
   }
+  // The smallest limit of the warp's rows: a pair of sub-tiles below it needs no limit test in any row (every pair
+  // of a full block but each row's last; a warp with a padding row, limit 0, always tests).
+  int warp_min_lim = lim[0][0];
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) warp_min_lim = min(warp_min_lim, lim[mt][h]);
+  warp_min_lim = __reduce_min_sync(0xffffffffu, warp_min_lim);
 
   // The next tile of the sweep (tiles 0 .. ntiles − 1, twice) into the next ring buffer; chunks past cmax read as
   // zeros. Each of a thread's pieces is one add from the last: with a 64-bit index product per piece and a modulo
@@ -507,8 +515,22 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
         for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
           for (int h = 0; h < 2; ++h) lm0[mt][h] = lm1[mt][h] = -INFINITY;
-        max_epilogue(acc0, c0, lm0);
-        max_epilogue(acc1, c0 + kSubChunks, lm1);
+        if (c0 + 2 * kSubChunks <= warp_min_lim) {
+          // Both sub-tiles routable in every row (warp-uniform): the maxima without limit tests, one straight block
+          // for the two sub-tiles. The same maxima as max_epilogue's interior path.
+#pragma unroll
+          for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              lm0[mt][h] = fmaxf(fmaxf(acc0[mt][0][2 * h], acc0[mt][0][2 * h + 1]),
+                                 fmaxf(acc0[mt][1][2 * h], acc0[mt][1][2 * h + 1]));
+              lm1[mt][h] = fmaxf(fmaxf(acc1[mt][0][2 * h], acc1[mt][0][2 * h + 1]),
+                                 fmaxf(acc1[mt][1][2 * h], acc1[mt][1][2 * h + 1]));
+            }
+        } else {
+          max_epilogue(acc0, c0, lm0);
+          max_epilogue(acc1, c0 + kSubChunks, lm1);
+        }
         float thr[kMT][2];
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt)
