@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -231,4 +232,43 @@ TEST_CASE("entmax solver: the reference-compatible mode runs and lands near the 
   MESSAGE("3-step mode: worst |sum-1| " << worst_sum << ", worst |tau diff| " << worst_tau << ", support differs in "
                                         << differing << "/" << total);
   CHECK(worst_sum <= 0.1);
+}
+
+TEST_CASE("entmax solver: given the row maximum, the same threshold bit for bit") {
+  // Stage 1's sweep already knows each row's maximum and hands it to the solver instead of scanning for it; the
+  // result must be the scanning solver's, bit for bit, with the maximum of either sign of zero.
+  std::mt19937_64 rng(23);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  auto same = [](const dashattn::EntmaxThreshold& a, const dashattn::EntmaxThreshold& b) {
+    return std::memcmp(&a.tau, &b.tau, sizeof(double)) == 0 && a.support == b.support &&
+           a.iterations == b.iterations;
+  };
+  int checked = 0;
+  for (double alpha : {1.5, 2.0, 1.3}) {
+    for (EntmaxSolver solver : {EntmaxSolver::kExact, EntmaxSolver::kReference}) {
+      for (int t = 0; t < 300; ++t) {
+        const int n = 1 + static_cast<int>(rng() % 48);
+        std::vector<float> x(n);
+        for (float& v : x) v = static_cast<float>(normal(rng) * (t % 3 == 0 ? 0.2 : 1.0));
+        if (t % 5 == 0) x[rng() % n] = *std::max_element(x.begin(), x.end());  // a tied maximum
+        const float m = *std::max_element(x.begin(), x.end());
+        const auto scanned = dashattn::entmax_threshold(x.data(), n, alpha, solver);
+        const auto given = dashattn::entmax_threshold_given_max(dashattn::ArrayValues{x.data()}, n, m, alpha, solver);
+        INFO("alpha " << alpha << " n " << n << " t " << t);
+        CHECK(same(scanned, given));
+        ++checked;
+      }
+      // All zeros: the caller's maximum may be −0 or +0; τ is m plus a root in [−1, 0), so its bits do not depend on
+      // the sign.
+      for (int n : {1, 2, 7}) {
+        const std::vector<float> zeros(n, 0.0f);
+        const auto scanned = dashattn::entmax_threshold(zeros.data(), n, alpha, solver);
+        for (float m : {0.0f, -0.0f}) {
+          CHECK(same(scanned, dashattn::entmax_threshold_given_max(dashattn::ArrayValues{zeros.data()}, n, m, alpha,
+                                                                   solver)));
+        }
+      }
+    }
+  }
+  CHECK(checked == 1800);
 }

@@ -130,15 +130,13 @@ DASHATTN_HD float entmax_weight(float x, float tau, float alpha) {
   return powf(y, 1.0f / (alpha - 1.0f));
 }
 
-// Exact threshold of x (already multiplied by α−1) over n > 0 values.
+// Exact threshold of x (already multiplied by α−1) over n > 0 values whose largest is m (a caller that has the
+// maximum already, such as Stage 1's sweep, skips the scan; the same m gives the same τ bits).
 template <typename Values>
-DASHATTN_HD EntmaxThreshold entmax_threshold(const Values& x, int n, double alpha,
-                                             EntmaxSolver solver = EntmaxSolver::kExact) {
+DASHATTN_HD EntmaxThreshold entmax_threshold_given_max(const Values& x, int n, double m, double alpha,
+                                                       EntmaxSolver solver = EntmaxSolver::kExact) {
   EntmaxThreshold r;
   if (n <= 0) return r;
-  double m = x(0);
-  for (int i = 1; i < n; ++i) m = x(i) > m ? static_cast<double>(x(i)) : m;
-
   const bool is15 = alpha == 1.5, is2 = alpha == 2.0;
   const double p = 1.0 / (alpha - 1.0);
   // Everything below is in coordinates relative to m; the bracket is [−1, 0): f(lo) >= 0 > f(hi).
@@ -201,6 +199,16 @@ DASHATTN_HD EntmaxThreshold entmax_threshold(const Values& x, int n, double alph
     }
   }
   return finish(t);
+}
+
+// Exact threshold of x (already multiplied by α−1) over n > 0 values.
+template <typename Values>
+DASHATTN_HD EntmaxThreshold entmax_threshold(const Values& x, int n, double alpha,
+                                             EntmaxSolver solver = EntmaxSolver::kExact) {
+  if (n <= 0) return EntmaxThreshold{};
+  double m = x(0);
+  for (int i = 1; i < n; ++i) m = x(i) > m ? static_cast<double>(x(i)) : m;
+  return entmax_threshold_given_max(x, n, m, alpha, solver);
 }
 
 // Convenience overload over a plain float array.
