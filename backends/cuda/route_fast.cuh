@@ -611,7 +611,8 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
       if (!split) {
         // One contiguous list: read as an array (the segmented view costs every entry of every solve pass a
         // segment lookup; perf-log.md, eleventh pass). Its largest value is the row's maximum (max(x)·s is exactly
-        // max(x·s), and a non-empty list holds the maximum itself), so the solve need not scan for it.
+        // max(x·s), and a non-empty list holds the maximum itself: an infinite maximum's threshold is NaN or −∞, and
+        // then nothing is listed), so the solve need not scan for it.
         tau = static_cast<float>(entmax_threshold_given_max(ArrayValues{list_val + rho * lstride}, col_count[rho],
                                                             col_max[rho], a.alpha, a.solver).tau);
       } else {
