@@ -364,15 +364,17 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
     // c0 + n·8 + 2·quad + (i & 1). This lane's maxima `m` over the routable chunks (fmaxf drops NaN scores), of
     // the unscaled dot products: the launch guarantees x_scale > 0, and rounding x·s is non-decreasing in x, so
     // max(x)·s is exactly max(x·s). Sub-tiles whose chunks are all routable for a row need no limit test.
+    // This lane's maximum over the four values of row group (mt, h) of a sub-tile, without a limit test.
+    auto group_max = [&](const float (&acc)[kMT][2][4], int mt, int h) {
+      return fmaxf(fmaxf(acc[mt][0][2 * h], acc[mt][0][2 * h + 1]), fmaxf(acc[mt][1][2 * h], acc[mt][1][2 * h + 1]));
+    };
     auto max_epilogue = [&](const float (&acc)[kMT][2][4], int c0, float (&m)[kMT][2]) {
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           if (c0 + kSubChunks <= lim[mt][h]) {
-            const float m01 = fmaxf(acc[mt][0][2 * h], acc[mt][0][2 * h + 1]);
-            const float m23 = fmaxf(acc[mt][1][2 * h], acc[mt][1][2 * h + 1]);
-            m[mt][h] = fmaxf(m[mt][h], fmaxf(m01, m23));
+            m[mt][h] = fmaxf(m[mt][h], group_max(acc, mt, h));
           } else {
 #pragma unroll
             for (int n = 0; n < 2; ++n)
@@ -517,15 +519,15 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
           for (int h = 0; h < 2; ++h) lm0[mt][h] = lm1[mt][h] = -INFINITY;
         if (c0 + 2 * kSubChunks <= warp_min_lim) {
           // Both sub-tiles routable in every row (warp-uniform): the maxima without limit tests, one straight block
-          // for the two sub-tiles. The same maxima as max_epilogue's interior path.
+          // for the two sub-tiles. max_epilogue's interior path would also fold in the starting −∞, which changes a
+          // result only where all four values are NaN (NaN here, −∞ there); the row maximum (fmaxf with the running
+          // bound, itself never NaN) and queue_push's test (false either way) do not tell the two apart.
 #pragma unroll
           for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-              lm0[mt][h] = fmaxf(fmaxf(acc0[mt][0][2 * h], acc0[mt][0][2 * h + 1]),
-                                 fmaxf(acc0[mt][1][2 * h], acc0[mt][1][2 * h + 1]));
-              lm1[mt][h] = fmaxf(fmaxf(acc1[mt][0][2 * h], acc1[mt][0][2 * h + 1]),
-                                 fmaxf(acc1[mt][1][2 * h], acc1[mt][1][2 * h + 1]));
+              lm0[mt][h] = group_max(acc0, mt, h);
+              lm1[mt][h] = group_max(acc1, mt, h);
             }
         } else {
           max_epilogue(acc0, c0, lm0);
