@@ -606,17 +606,19 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
         // Drop the stale entries, listed before the row's maximum rose past them: what remains is exactly
         // x > candidate_threshold(final maximum), the entries a maximum pass followed by a listing pass would list,
         // so τ and the emit see the same values. (Left in, the stale entries, ~2.7 times the candidates on the
-        // benchmark problem, made the solve and the emit slower than the saved pass.)
-        col_count[rho] = compact_list(list_val + rho * lstride, list_id + rho * lstride, col_count[rho],
-                                      candidate_threshold(col_max[rho]));
-      }
-      if (!split) {
-        // One contiguous list: read as an array (the segmented view costs every entry of every solve pass a
+        // benchmark problem, made the solve and the emit slower than the saved pass.) The exact solve's first pass
+        // is formed as the kept entries go by.
+        //
+        // The list is then one contiguous array (the segmented view costs every entry of every solve pass a
         // segment lookup; perf-log.md, eleventh pass). Its largest value is the row's maximum (max(x)·s is exactly
         // max(x·s), and a non-empty list holds the maximum itself: an infinite maximum's threshold is NaN or −∞, and
         // then nothing is listed), so the solve need not scan for it.
-        tau = static_cast<float>(entmax_threshold_given_max(ArrayValues{list_val + rho * lstride}, col_count[rho],
-                                                            col_max[rho], a.alpha, a.solver).tau);
+        const float m = col_max[rho];
+        dashattn::detail::PassSums first;
+        col_count[rho] = compact_list_first_pass(list_val + rho * lstride, list_id + rho * lstride, col_count[rho],
+                                                 candidate_threshold(m), m, a.alpha, &first);
+        tau = static_cast<float>(entmax_threshold_given_max(ArrayValues{list_val + rho * lstride}, col_count[rho], m,
+                                                            a.alpha, a.solver, &first).tau);
       } else {
         int ends[kWarps] = {};
         int n = 0;

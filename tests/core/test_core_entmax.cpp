@@ -235,8 +235,9 @@ TEST_CASE("entmax solver: the reference-compatible mode runs and lands near the 
 }
 
 TEST_CASE("entmax solver: given the row maximum, the same threshold bit for bit") {
-  // Stage 1's sweep already knows each row's maximum and hands it to the solver instead of scanning for it; the
-  // result must be the scanning solver's, bit for bit, with the maximum of either sign of zero.
+  // Stage 1's sweep already knows each row's maximum and hands it to the solver instead of scanning for it (and its
+  // compaction the first pass); the result must be the scanning solver's, bit for bit, with the maximum of either
+  // sign of zero.
   std::mt19937_64 rng(23);
   std::normal_distribution<double> normal(0.0, 1.0);
   auto same = [](const dashattn::EntmaxThreshold& a, const dashattn::EntmaxThreshold& b) {
@@ -254,8 +255,16 @@ TEST_CASE("entmax solver: given the row maximum, the same threshold bit for bit"
         const float m = *std::max_element(x.begin(), x.end());
         const auto scanned = dashattn::entmax_threshold(x.data(), n, alpha, solver);
         const auto given = dashattn::entmax_threshold_given_max(dashattn::ArrayValues{x.data()}, n, m, alpha, solver);
+        // Stage 1's compaction also forms the exact solve's first pass as it walks the list, entry by entry.
+        dashattn::detail::PassSums first;
+        for (float v : x)
+          dashattn::detail::pass_add(first, static_cast<double>(v) - m, dashattn::detail::kFirstTrial,
+                                     1.0 / (alpha - 1.0), dashattn::detail::general_sums(alpha));
+        const auto with_first =
+            dashattn::entmax_threshold_given_max(dashattn::ArrayValues{x.data()}, n, m, alpha, solver, &first);
         INFO("alpha " << alpha << " n " << n << " t " << t);
         CHECK(same(scanned, given));
+        CHECK(same(scanned, with_first));
         ++checked;
       }
       // All zeros: the caller's maximum may be −0 or +0; τ is m plus a root in [−1, 0), so its bits do not depend on

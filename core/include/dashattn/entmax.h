@@ -57,30 +57,39 @@ struct PassSums {
   double above = INFINITY;                  // b = min{x > t}
 };
 
+// Adds one element to a pass's sums: v = x − m (the element relative to the row maximum), at trial threshold t.
+// The order of the calls fixes the sums' bits: a caller that walks the values anyway (Stage 1's list compaction)
+// can form the first pass as it goes and hand it to entmax_threshold_given_max.
+DASHATTN_HD void pass_add(PassSums& s, double v, double t, double p, bool general) {
+  const double y = v - t;
+  if (y > 0) {
+    ++s.k;
+    s.s1 += y;
+    s.s2 += y * y;
+    if (general) {
+      const double ypm1 = pow(y, p - 1.0);
+      s.spm1 += ypm1;
+      s.sp += ypm1 * y;
+    }
+    if (v < s.above) s.above = v;
+  } else if (v > s.below) {
+    s.below = v;
+  }
+}
+
 // One pass at trial threshold t, in coordinates shifted by the row maximum m (exact for float inputs): the
 // weights depend on x − τ, which stays well resolved even when |x| is large.
 template <typename Values>
 DASHATTN_HD PassSums pass(const Values& x, int n, double m, double t, double p, bool general) {
   PassSums s;
-  for (int i = 0; i < n; ++i) {
-    const double v = static_cast<double>(x(i)) - m;
-    const double y = v - t;
-    if (y > 0) {
-      ++s.k;
-      s.s1 += y;
-      s.s2 += y * y;
-      if (general) {
-        const double ypm1 = pow(y, p - 1.0);
-        s.spm1 += ypm1;
-        s.sp += ypm1 * y;
-      }
-      if (v < s.above) s.above = v;
-    } else if (v > s.below) {
-      s.below = v;
-    }
-  }
+  for (int i = 0; i < n; ++i) pass_add(s, static_cast<double>(x(i)) - m, t, p, general);
   return s;
 }
+
+// The exact solve's first trial threshold, relative to the row maximum (the bracket's left end), and whether its
+// pass uses the general sums Σy^p, Σy^(p−1) (every α but 1.5 and 2): what a caller forming that pass needs.
+constexpr double kFirstTrial = -1.0;
+DASHATTN_HD bool general_sums(double alpha) { return !(alpha == 1.5 || alpha == 2.0); }
 
 // One iteration of the exact solve for α = 1.5 or 2, given the pass sums at trial t (relative to the row maximum):
 // the closed-form root of the weight sum restricted to the current support, in δ = τ − t. Returns true with
@@ -131,16 +140,20 @@ DASHATTN_HD float entmax_weight(float x, float tau, float alpha) {
 }
 
 // Exact threshold of x (already multiplied by α−1) over n > 0 values whose largest is m (a caller that has the
-// maximum already, such as Stage 1's sweep, skips the scan; the same m gives the same τ bits).
+// maximum already, such as Stage 1's sweep, skips the scan; the same m gives the same τ bits). first_pass, where
+// given, is the exact solve's first pass over the same values in the same order (detail::pass_add at
+// detail::kFirstTrial with general_sums(alpha)), which the solve then does not repeat: the same τ bits. The
+// reference solver ignores it.
 template <typename Values>
 DASHATTN_HD EntmaxThreshold entmax_threshold_given_max(const Values& x, int n, double m, double alpha,
-                                                       EntmaxSolver solver = EntmaxSolver::kExact) {
+                                                       EntmaxSolver solver = EntmaxSolver::kExact,
+                                                       const detail::PassSums* first_pass = nullptr) {
   EntmaxThreshold r;
   if (n <= 0) return r;
   const bool is15 = alpha == 1.5, is2 = alpha == 2.0;
   const double p = 1.0 / (alpha - 1.0);
   // Everything below is in coordinates relative to m; the bracket is [−1, 0): f(lo) >= 0 > f(hi).
-  double lo = -1.0, hi = 0.0;
+  double lo = detail::kFirstTrial, hi = 0.0;
   auto finish = [&](double t) {
     r.tau = m + t;
     int k = 0;
@@ -170,7 +183,8 @@ DASHATTN_HD EntmaxThreshold entmax_threshold_given_max(const Values& x, int n, d
 
   double t = lo;  // start at the left end: the support there is a superset of the true one
   for (int it = 0; it < detail::kMaxCertifiedPasses; ++it) {
-    const detail::PassSums s = detail::pass(x, n, m, t, p, !(is15 || is2));
+    const detail::PassSums s =
+        it == 0 && first_pass != nullptr ? *first_pass : detail::pass(x, n, m, t, p, detail::general_sums(alpha));
     r.iterations = it + 1;
     if (is15 || is2) {
       double root;
