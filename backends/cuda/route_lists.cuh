@@ -41,9 +41,10 @@ struct SegmentedList {
 // m − 1 can make it dip by an ulp.
 __device__ __forceinline__ float candidate_threshold(float m) { return m - 1.0f - 1e-4f * fmaxf(1.0f, fabsf(m)); }
 
-// Keeps the entries of one list column with x > thr, in their order; returns how many. The sweep compacts a list
-// about to overflow with it (the solve drops the entries its row's final maximum overtook with the form below).
-__device__ __forceinline__ int compact_list(float* vals, uint16_t* ids, int n, float thr) {
+// Keeps the entries of one list column with x > thr, in their order, calling on_kept(x) for each kept entry in that
+// order; returns how many.
+template <typename OnKept>
+__device__ __forceinline__ int compact_list_with(float* vals, uint16_t* ids, int n, float thr, OnKept&& on_kept) {
   int kept = 0;
   for (int e = 0; e < n; ++e) {
     const float x = vals[e];
@@ -51,29 +52,27 @@ __device__ __forceinline__ int compact_list(float* vals, uint16_t* ids, int n, f
       vals[kept] = x;
       ids[kept] = ids[e];
       ++kept;
+      on_kept(x);
     }
   }
   return kept;
 }
 
-// compact_list, forming on the way the exact solve's first pass over the kept entries (in their order, relative to
-// the row maximum m; first: zero sums on entry), which entmax_threshold_given_max then takes instead of walking the
-// list again: the same sums, so the same τ bits.
+// The sweep compacts a list about to overflow with this.
+__device__ __forceinline__ int compact_list(float* vals, uint16_t* ids, int n, float thr) {
+  return compact_list_with(vals, ids, n, thr, [](float) {});
+}
+
+// The solve drops the entries its row's final maximum overtook with this, forming on the way the exact solve's first
+// pass over the kept entries (in their order, relative to the row maximum m; first: zero sums on entry), which
+// entmax_threshold_given_max then takes instead of walking the list again: the same sums, so the same τ bits.
 __device__ __forceinline__ int compact_list_first_pass(float* vals, uint16_t* ids, int n, float thr, double m,
                                                        double alpha, dashattn::detail::PassSums* first) {
   const double p = 1.0 / (alpha - 1.0);
   const bool general = dashattn::detail::general_sums(alpha);
-  int kept = 0;
-  for (int e = 0; e < n; ++e) {
-    const float x = vals[e];
-    if (x > thr) {
-      vals[kept] = x;
-      ids[kept] = ids[e];
-      ++kept;
-      dashattn::detail::pass_add(*first, static_cast<double>(x) - m, dashattn::detail::kFirstTrial, p, general);
-    }
-  }
-  return kept;
+  return compact_list_with(vals, ids, n, thr, [&](float x) {
+    dashattn::detail::pass_add(*first, static_cast<double>(x) - m, dashattn::detail::kFirstTrial, p, general);
+  });
 }
 
 // The maximum of v over a row's quad (the 4 lanes that hold an m16 fragment row).
