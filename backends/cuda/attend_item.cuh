@@ -95,10 +95,12 @@ struct AttendItem {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   // sm_90: the item's Q rows by tensor copy into the Q buffer at sQ_addr, completing on q_bar (one arrival): one box
   // of kRows / g tokens x g heads per 64 columns (tmap_q, make_row_tensor_map), which needs g to divide kRows.
-  __device__ __forceinline__ void copy_q_tensor(const CUtensorMap& tmap_q, uint32_t sQ_addr, uint32_t q_bar) const {
+  // arrive: also this thread's arrival on q_bar (false: the caller arrives later, as the persistent helpers do).
+  __device__ __forceinline__ void copy_q_tensor(const CUtensorMap& tmap_q, uint32_t sQ_addr, uint32_t q_bar,
+                                                bool arrive = true) const {
     constexpr uint32_t kQBlockBytes = uint32_t(Cfg::kRows) * 128u;
     mma::mbar_expect_tx(q_bar, uint32_t(Cfg::kQBytes));
-    mma::mbar_arrive(q_bar);
+    if (arrive) mma::mbar_arrive(q_bar);
 #pragma unroll
     for (int cb = 0; cb < Cfg::kHeadDim / 64; ++cb)
       // Evict-first (attend_config.cuh). The decode tiling never takes this copy: without the policy there, its

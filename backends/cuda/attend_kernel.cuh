@@ -270,7 +270,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     if constexpr (kPersistent) {
       const int role = warp - Cfg::kWarps;  // 0: the producer, 1: the record warp, 2 and 3: the helpers
       if (role >= 2) {
-        prepare_items<Cfg>(a, pi, sQ, tid - (Cfg::kWarps + 2) * 32, per_tile, full_bar32, full_bar64);
+        prepare_items<Cfg>(a, pi, sQ, tid - (Cfg::kWarps + 2) * 32, per_tile, full_bar32, full_bar64, tmap_q);
         return;
       }
       uint32_t ring_pos = 0;  // the ring's fills so far: stages and parities run on across items

@@ -93,7 +93,7 @@ __device__ __forceinline__ int64_t persistent_item(const AttendArgs& a, int k) {
 template <class Cfg>
 __device__ __forceinline__ void prepare_items(const AttendArgs& a, const PersistentItems& pi,
                                               typename Cfg::Element* sQ, int htid, int per_tile, uint32_t full_bar32,
-                                              uint32_t full_bar64) {
+                                              uint32_t full_bar64, const CUtensorMap& tmap_q) {
   const int lane = htid % 32, hw = htid / 32;
   auto helpers_sync = [&]() { asm volatile("bar.sync 4, 64;\n" ::: "memory"); };
   AttendItem<Cfg> item;
@@ -123,6 +123,17 @@ __device__ __forceinline__ void prepare_items(const AttendArgs& a, const Persist
     if (Cfg::kConsumerBias && item.any_rows) {
       for (int r = htid; r < Cfg::kRows; r += 64) pi.tau_mu[b * Cfg::kRows + r] = item.tau_mu(a, r);
     }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (a.q_tma) {
+      // One tensor copy by the first helper lane, counted on the prepared barrier (its 64 arrivals below complete the
+      // phase only once the bytes have landed too). The consumers' reads of the last item's Q (generic proxy) were
+      // ordered before the wait for prep_free; the fence orders them before the copy's writes (async proxy).
+      if (htid == 0 && item.any_rows) {
+        wgmma::fence_proxy_async();
+        item.copy_q_tensor(tmap_q, mma::smem_addr(sQ), pi.prep_ready_bar, false);
+      }
+    } else
+#endif
     if (item.any_rows) item.copy_q(a, sQ, htid, 64);
     if (plan.use_table) {
       PairColumns cols(plan.cursor, words, item.union_words, plan.n_pairs, per_tile, a.log2_chunk);

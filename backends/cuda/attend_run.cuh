@@ -78,11 +78,13 @@ void launch_attend_instance(AttendArgs args, bool allow_tma, cudaStream_t stream
   // and store a warp's staged o rows by tensor store where those are whole tokens or whole blocks of 16 heads.
   CUtensorMap tmap_q{}, tmap_o{};
   args.q_tma = args.o_tma = false;
-  if (args.use_tma && !Cfg::kTileSplit && !Cfg::kPersistent && row_tensor_copies_allowed()) {
+  if (args.use_tma && !Cfg::kTileSplit && row_tensor_copies_allowed()) {
     const int g = args.group;
     args.q_tma = Cfg::kRows % g == 0 &&
                  make_row_tensor_map(args.q, kDType, Cfg::kHeadDim, g, Cfg::kRows / g, &tmap_q);
-    args.o_tma = args.num_splits == 1 && args.o_dtype == kDType && (16 % g == 0 || g % 16 == 0) &&
+    // (Not the persistent form's o: it stages o in the Q buffer, which the helpers refill during the next item.)
+    args.o_tma = !Cfg::kPersistent && args.num_splits == 1 && args.o_dtype == kDType &&
+                 (16 % g == 0 || g % 16 == 0) &&
                  make_row_tensor_map(args.o, kDType, Cfg::kHeadDim, std::min(g, 16), std::max(1, 16 / g), &tmap_o);
   }
   dim3 grid(unsigned(m_blocks), unsigned(heads), unsigned(args.num_splits));
