@@ -614,11 +614,11 @@ __global__ void __launch_bounds__(kThreads, 3) route_fast_kernel(RouteArgs a) {
         // max(x·s), and a non-empty list holds the maximum itself: an infinite maximum's threshold is NaN or −∞, and
         // then nothing is listed), so the solve need not scan for it.
         const float m = col_max[rho];
-        dashattn::detail::PassSums first;
+        dashattn::detail::FirstPass first(m, a.alpha);
         col_count[rho] = compact_list_first_pass(list_val + rho * lstride, list_id + rho * lstride, col_count[rho],
-                                                 candidate_threshold(m), m, a.alpha, &first);
+                                                 candidate_threshold(m), &first);
         tau = static_cast<float>(entmax_threshold_given_max(ArrayValues{list_val + rho * lstride}, col_count[rho], m,
-                                                            a.alpha, a.solver, &first).tau);
+                                                            a.alpha, a.solver, &first.sums).tau);
       } else {
         int ends[kWarps] = {};
         int n = 0;

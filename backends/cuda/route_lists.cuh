@@ -63,16 +63,11 @@ __device__ __forceinline__ int compact_list(float* vals, uint16_t* ids, int n, f
   return compact_list_with(vals, ids, n, thr, [](float) {});
 }
 
-// The solve drops the entries its row's final maximum overtook with this, forming on the way the exact solve's first
-// pass over the kept entries (in their order, relative to the row maximum m; first: zero sums on entry), which
-// entmax_threshold_given_max then takes instead of walking the list again: the same sums, so the same τ bits.
-__device__ __forceinline__ int compact_list_first_pass(float* vals, uint16_t* ids, int n, float thr, double m,
-                                                       double alpha, dashattn::detail::PassSums* first) {
-  const double p = 1.0 / (alpha - 1.0);
-  const bool general = dashattn::detail::general_sums(alpha);
-  return compact_list_with(vals, ids, n, thr, [&](float x) {
-    dashattn::detail::pass_add(*first, static_cast<double>(x) - m, dashattn::detail::kFirstTrial, p, general);
-  });
+// The solve drops the entries its row's final maximum overtook with this, adding the kept entries in their order to
+// the exact solve's first pass (which entmax_threshold_given_max then takes instead of walking the list again).
+__device__ __forceinline__ int compact_list_first_pass(float* vals, uint16_t* ids, int n, float thr,
+                                                       dashattn::detail::FirstPass* first) {
+  return compact_list_with(vals, ids, n, thr, [&](float x) { first->add(x); });
 }
 
 // The maximum of v over a row's quad (the 4 lanes that hold an m16 fragment row).

@@ -256,12 +256,10 @@ TEST_CASE("entmax solver: given the row maximum, the same threshold bit for bit"
         const auto scanned = dashattn::entmax_threshold(x.data(), n, alpha, solver);
         const auto given = dashattn::entmax_threshold_given_max(dashattn::ArrayValues{x.data()}, n, m, alpha, solver);
         // Stage 1's compaction also forms the exact solve's first pass as it walks the list, entry by entry.
-        dashattn::detail::PassSums first;
-        for (float v : x)
-          dashattn::detail::pass_add(first, static_cast<double>(v) - m, dashattn::detail::kFirstTrial,
-                                     1.0 / (alpha - 1.0), dashattn::detail::general_sums(alpha));
+        dashattn::detail::FirstPass first(m, alpha);
+        for (float v : x) first.add(v);
         const auto with_first =
-            dashattn::entmax_threshold_given_max(dashattn::ArrayValues{x.data()}, n, m, alpha, solver, &first);
+            dashattn::entmax_threshold_given_max(dashattn::ArrayValues{x.data()}, n, m, alpha, solver, &first.sums);
         INFO("alpha " << alpha << " n " << n << " t " << t);
         CHECK(same(scanned, given));
         CHECK(same(scanned, with_first));

@@ -58,8 +58,7 @@ struct PassSums {
 };
 
 // Adds one element to a pass's sums: v = x − m (the element relative to the row maximum), at trial threshold t.
-// The order of the calls fixes the sums' bits: a caller that walks the values anyway (Stage 1's list compaction)
-// can form the first pass as it goes and hand it to entmax_threshold_given_max.
+// The order of the calls fixes the sums' bits.
 DASHATTN_HD void pass_add(PassSums& s, double v, double t, double p, bool general) {
   const double y = v - t;
   if (y > 0) {
@@ -86,10 +85,22 @@ DASHATTN_HD PassSums pass(const Values& x, int n, double m, double t, double p, 
   return s;
 }
 
-// The exact solve's first trial threshold, relative to the row maximum (the bracket's left end), and whether its
-// pass uses the general sums Σy^p, Σy^(p−1) (every α but 1.5 and 2): what a caller forming that pass needs.
+// The exact solve's first trial threshold, relative to the row maximum (the bracket's left end), and whether a pass
+// forms the general sums Σy^p, Σy^(p−1) (every α but 1.5 and 2).
 constexpr double kFirstTrial = -1.0;
 DASHATTN_HD bool general_sums(double alpha) { return !(alpha == 1.5 || alpha == 2.0); }
+
+// The exact solve's first pass formed value by value by a caller that walks the values anyway (Stage 1's list
+// compaction): add() every value in the order the solve would read them, then hand `sums` to
+// entmax_threshold_given_max, which then does not repeat that pass (the same sums, so the same τ bits).
+struct FirstPass {
+  PassSums sums;
+  double m, p;
+  bool general;
+  DASHATTN_HD FirstPass(double row_max, double alpha)
+      : m(row_max), p(1.0 / (alpha - 1.0)), general(general_sums(alpha)) {}
+  DASHATTN_HD void add(float x) { pass_add(sums, static_cast<double>(x) - m, kFirstTrial, p, general); }
+};
 
 // One iteration of the exact solve for α = 1.5 or 2, given the pass sums at trial t (relative to the row maximum):
 // the closed-form root of the weight sum restricted to the current support, in δ = τ − t. Returns true with
@@ -141,8 +152,7 @@ DASHATTN_HD float entmax_weight(float x, float tau, float alpha) {
 
 // Exact threshold of x (already multiplied by α−1) over n > 0 values whose largest is m (a caller that has the
 // maximum already, such as Stage 1's sweep, skips the scan; the same m gives the same τ bits). first_pass, where
-// given, is the exact solve's first pass over the same values in the same order (detail::pass_add at
-// detail::kFirstTrial with general_sums(alpha)), which the solve then does not repeat: the same τ bits. The
+// given, is the exact solve's first pass over the same values (detail::FirstPass, with the same m and α); the
 // reference solver ignores it.
 template <typename Values>
 DASHATTN_HD EntmaxThreshold entmax_threshold_given_max(const Values& x, int n, double m, double alpha,
