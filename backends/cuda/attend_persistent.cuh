@@ -141,7 +141,11 @@ __device__ __forceinline__ void prepare_items(const AttendArgs& a, const Persist
                              8 * hw, 16, lane, pi.kbar_stage);
     }
     mma::cp_async_wait<0>();
-    if constexpr (Cfg::kWgmma) wgmma::fence_proxy_async();  // Q may be read by the tensor cores
+    // Q copied by cp.async is read by the tensor cores. After Q's tensor copy the fence orders nothing that needs it
+    // (the k̄ columns are read by ldmatrix), but skipping it there, like writing the branch above without the `else`
+    // across the #endif, raised the spills under the producer warpgroup's register cap, which the helpers share
+    // (724 → 792 bytes).
+    if constexpr (Cfg::kWgmma) wgmma::fence_proxy_async();
     mma::mbar_arrive(pi.prep_ready_bar);
   }
 }

@@ -74,15 +74,17 @@ void launch_attend_instance(AttendArgs args, bool allow_tma, cudaStream_t stream
   constexpr DType kDType = ElementTraits<typename Cfg::Element>::kDType;
   args.use_tma = allow_tma && major >= 9 && make_kv_tensor_map(args.k, kDType, Cfg::kHeadDim, &tmap_k) &&
                  make_kv_tensor_map(args.v, kDType, Cfg::kHeadDim, &tmap_v);
-  // The wide one-item tilings also take Q by tensor copy where a CTA's rows are whole tokens (g divides kRows),
-  // and store a warp's staged o rows by tensor store where those are whole tokens or whole blocks of 16 heads.
+  // The wide tilings (one item per CTA, and the persistent form's helpers) also take Q by tensor copy where a CTA's
+  // rows are whole tokens (g divides kRows); the one-item tilings store a warp's staged o rows by tensor store where
+  // those are whole tokens or whole blocks of 16 heads.
   CUtensorMap tmap_q{}, tmap_o{};
   args.q_tma = args.o_tma = false;
   if (args.use_tma && !Cfg::kTileSplit && row_tensor_copies_allowed()) {
     const int g = args.group;
     args.q_tma = Cfg::kRows % g == 0 &&
                  make_row_tensor_map(args.q, kDType, Cfg::kHeadDim, g, Cfg::kRows / g, &tmap_q);
-    // (Not the persistent form's o: it stages o in the Q buffer, which the helpers refill during the next item.)
+    // (Not the persistent form: it writes o from its fragments, since the helpers refill the Q buffer, where o would
+    // be staged, during the item.)
     args.o_tma = !Cfg::kPersistent && args.num_splits == 1 && args.o_dtype == kDType &&
                  (16 % g == 0 || g % 16 == 0) &&
                  make_row_tensor_map(args.o, kDType, Cfg::kHeadDim, std::min(g, 16), std::max(1, 16 / g), &tmap_o);
