@@ -279,3 +279,48 @@ TEST_CASE("entmax solver: given the row maximum, the same threshold bit for bit"
   }
   CHECK(checked == 1800);
 }
+
+TEST_CASE("entmax solver: the branch-free pass step has the branching step's bits") {
+  // pass_add_plain adds +0 for elements off the support instead of skipping them; that must leave every sum and
+  // bracket end exactly as the branching form (written out here) leaves them, whatever the values: ties, zeros of
+  // either sign, a trial point on an element, infinities and NaN.
+  auto branching = [](dashattn::detail::PassSums& s, double v, double t) {
+    const double y = v - t;
+    if (y > 0) {
+      ++s.k;
+      s.s1 += y;
+      s.s2 += y * y;
+      if (v < s.above) s.above = v;
+    } else if (v > s.below) {
+      s.below = v;
+    }
+  };
+  auto same_bits = [](double a, double b) { return std::memcmp(&a, &b, sizeof(double)) == 0; };
+  std::mt19937_64 rng(41);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  const double specials[] = {0.0, -0.0, -1.0, 0.5, -INFINITY, INFINITY, NAN};
+  int checked = 0;
+  for (int trial = 0; trial < 2000; ++trial) {
+    const int n = 1 + static_cast<int>(rng() % 40);
+    std::vector<double> v(n);
+    for (double& e : v) {
+      const int pick = static_cast<int>(rng() % 10);
+      e = pick < 7 ? std::min(0.0, static_cast<double>(static_cast<float>(normal(rng) * 0.6)))
+                   : specials[rng() % 7];
+    }
+    const double t = trial % 4 == 0 ? v[rng() % n] : -std::ldexp(static_cast<double>(rng() % 1024), -10);
+    dashattn::detail::PassSums a, b;
+    for (double e : v) {
+      branching(a, e, t);
+      dashattn::detail::pass_add_plain(b, e, t);
+    }
+    INFO("trial " << trial << " n " << n);
+    CHECK(a.k == b.k);
+    CHECK(same_bits(a.s1, b.s1));
+    CHECK(same_bits(a.s2, b.s2));
+    CHECK(same_bits(a.below, b.below));
+    CHECK(same_bits(a.above, b.above));
+    ++checked;
+  }
+  CHECK(checked == 2000);
+}

@@ -57,19 +57,36 @@ struct PassSums {
   double above = INFINITY;                  // b = min{x > t}
 };
 
+// One element's step for α = 1.5 and 2 (no Σy^p sums), without branches: an element off the support adds +0 to
+// S1 and S2, which leaves those sums of positive terms exactly as they are, and the bracket ends move only under
+// the same conditions, so the sums have the branching form's bits. On a GPU thread that walks a list (Stage 1's
+// solve) the branches diverged per element and held the next element's load behind them.
+DASHATTN_HD void pass_add_plain(PassSums& s, double v, double t) {
+  const double y = v - t;
+  const bool in = y > 0;
+  const double w = in ? y : 0.0;
+  s.k += in ? 1 : 0;
+  s.s1 += w;
+  s.s2 += w * w;
+  s.above = in && v < s.above ? v : s.above;
+  s.below = !in && v > s.below ? v : s.below;
+}
+
 // Adds one element to a pass's sums: v = x − m (the element relative to the row maximum), at trial threshold t.
-// The order of the calls fixes the sums' bits.
+// The order of the calls fixes the sums' bits. α = 1.5 and 2 take the plain step above.
 DASHATTN_HD void pass_add(PassSums& s, double v, double t, double p, bool general) {
+  if (!general) {
+    pass_add_plain(s, v, t);
+    return;
+  }
   const double y = v - t;
   if (y > 0) {
     ++s.k;
     s.s1 += y;
     s.s2 += y * y;
-    if (general) {
-      const double ypm1 = pow(y, p - 1.0);
-      s.spm1 += ypm1;
-      s.sp += ypm1 * y;
-    }
+    const double ypm1 = pow(y, p - 1.0);
+    s.spm1 += ypm1;
+    s.sp += ypm1 * y;
     if (v < s.above) s.above = v;
   } else if (v > s.below) {
     s.below = v;
@@ -81,7 +98,12 @@ DASHATTN_HD void pass_add(PassSums& s, double v, double t, double p, bool genera
 template <typename Values>
 DASHATTN_HD PassSums pass(const Values& x, int n, double m, double t, double p, bool general) {
   PassSums s;
-  for (int i = 0; i < n; ++i) pass_add(s, static_cast<double>(x(i)) - m, t, p, general);
+  // The branch on α outside the loop, so that the plain walk is a straight line the compiler can unroll.
+  if (!general) {
+    for (int i = 0; i < n; ++i) pass_add_plain(s, static_cast<double>(x(i)) - m, t);
+  } else {
+    for (int i = 0; i < n; ++i) pass_add(s, static_cast<double>(x(i)) - m, t, p, true);
+  }
   return s;
 }
 
