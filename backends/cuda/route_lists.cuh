@@ -41,33 +41,36 @@ struct SegmentedList {
 // m − 1 can make it dip by an ulp.
 __device__ __forceinline__ float candidate_threshold(float m) { return m - 1.0f - 1e-4f * fmaxf(1.0f, fabsf(m)); }
 
-// Keeps the entries of one list column with x > thr, in their order, calling on_kept(x) for each kept entry in that
-// order; returns how many.
-template <typename OnKept>
-__device__ __forceinline__ int compact_list_with(float* vals, uint16_t* ids, int n, float thr, OnKept&& on_kept) {
+// Keeps the entries of one list column with x > thr, in their order, calling on_kept(x, keep) for every entry in
+// that order (keep: whether x is kept); returns how many. Without a branch per entry: each entry is stored at the
+// next free slot whether kept or not (the slot is at or below the entry, so nothing unread is overwritten, and a
+// dropped entry's copy is overwritten by the next kept one or lies past the count). One thread walks each list, and
+// the lists of a warp's rows keep different entries: branches diverged per entry.
+template <typename OnEntry>
+__device__ __forceinline__ int compact_list_with(float* vals, uint16_t* ids, int n, float thr, OnEntry&& on_entry) {
   int kept = 0;
   for (int e = 0; e < n; ++e) {
     const float x = vals[e];
-    if (x > thr) {
-      vals[kept] = x;
-      ids[kept] = ids[e];
-      ++kept;
-      on_kept(x);
-    }
+    const uint16_t id = ids[e];
+    const bool keep = x > thr;
+    vals[kept] = x;
+    ids[kept] = id;
+    on_entry(x, keep);
+    kept += keep ? 1 : 0;
   }
   return kept;
 }
 
 // The sweep compacts a list about to overflow with this.
 __device__ __forceinline__ int compact_list(float* vals, uint16_t* ids, int n, float thr) {
-  return compact_list_with(vals, ids, n, thr, [](float) {});
+  return compact_list_with(vals, ids, n, thr, [](float, bool) {});
 }
 
 // The solve drops the entries its row's final maximum overtook with this, adding the kept entries in their order to
 // the exact solve's first pass (which entmax_threshold_given_max then takes instead of walking the list again).
 __device__ __forceinline__ int compact_list_first_pass(float* vals, uint16_t* ids, int n, float thr,
                                                        dashattn::detail::FirstPass* first) {
-  return compact_list_with(vals, ids, n, thr, [&](float x) { first->add(x); });
+  return compact_list_with(vals, ids, n, thr, [&](float x, bool keep) { first->add_if(x, keep); });
 }
 
 // The maximum of v over a row's quad (the 4 lanes that hold an m16 fragment row).

@@ -61,16 +61,18 @@ struct PassSums {
 // S1 and S2, which leaves those sums of positive terms exactly as they are, and the bracket ends move only under
 // the same conditions, so the sums have the branching form's bits. On a GPU thread that walks a list (Stage 1's
 // solve) the branches diverged per element and held the next element's load behind them.
-DASHATTN_HD void pass_add_plain(PassSums& s, double v, double t) {
+DASHATTN_HD void pass_add_plain_if(PassSums& s, double v, double t, bool keep) {
   const double y = v - t;
-  const bool in = y > 0;
+  const bool in = keep && y > 0;
   const double w = in ? y : 0.0;
   s.k += in ? 1 : 0;
   s.s1 += w;
   s.s2 += w * w;
   s.above = in && v < s.above ? v : s.above;
-  s.below = !in && v > s.below ? v : s.below;
+  s.below = keep && !in && v > s.below ? v : s.below;
 }
+// (keep = false: the element is not in the list at all, so it leaves every sum and both bracket ends alone.)
+DASHATTN_HD void pass_add_plain(PassSums& s, double v, double t) { pass_add_plain_if(s, v, t, true); }
 
 // Adds one element to a pass's sums: v = x − m (the element relative to the row maximum), at trial threshold t.
 // The order of the calls fixes the sums' bits. α = 1.5 and 2 take the plain step above.
@@ -122,6 +124,14 @@ struct FirstPass {
   DASHATTN_HD FirstPass(double row_max, double alpha)
       : m(row_max), p(1.0 / (alpha - 1.0)), general(general_sums(alpha)) {}
   DASHATTN_HD void add(float x) { pass_add(sums, static_cast<double>(x) - m, kFirstTrial, p, general); }
+  // add(x) if keep, else nothing; for α = 1.5 and 2 without a branch on keep (a compaction that walks every entry).
+  DASHATTN_HD void add_if(float x, bool keep) {
+    if (general) {
+      if (keep) add(x);
+      return;
+    }
+    pass_add_plain_if(sums, static_cast<double>(x) - m, kFirstTrial, keep);
+  }
 };
 
 // One iteration of the exact solve for α = 1.5 or 2, given the pass sums at trial t (relative to the row maximum):
