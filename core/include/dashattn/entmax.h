@@ -60,7 +60,8 @@ struct PassSums {
 // One element's step for α = 1.5 and 2 (no Σy^p sums), without branches: an element off the support adds +0 to
 // S1 and S2, which leaves those sums of positive terms exactly as they are, and the bracket ends move only under
 // the same conditions, so the sums have the branching form's bits. On a GPU thread that walks a list (Stage 1's
-// solve) the branches diverged per element and held the next element's load behind them.
+// solve) the branches diverged per element and held the next element's load behind them. keep = false: the element
+// is not in the list at all (a compaction dropped it), so it leaves every sum and both bracket ends alone.
 DASHATTN_HD void pass_add_plain_if(PassSums& s, double v, double t, bool keep) {
   const double y = v - t;
   const bool in = keep && y > 0;
@@ -71,7 +72,6 @@ DASHATTN_HD void pass_add_plain_if(PassSums& s, double v, double t, bool keep) {
   s.above = in && v < s.above ? v : s.above;
   s.below = keep && !in && v > s.below ? v : s.below;
 }
-// (keep = false: the element is not in the list at all, so it leaves every sum and both bracket ends alone.)
 DASHATTN_HD void pass_add_plain(PassSums& s, double v, double t) { pass_add_plain_if(s, v, t, true); }
 
 // Adds one element to a pass's sums: v = x − m (the element relative to the row maximum), at trial threshold t.
