@@ -43,6 +43,9 @@ Outcome compare_solver(const std::vector<float>& xf, double alpha, EntmaxSolver 
   return out;
 }
 
+// Two doubles with the same bits (a −0 is not a +0, a NaN equals its own pattern).
+bool same_bits(double a, double b) { return std::memcmp(&a, &b, sizeof(double)) == 0; }
+
 // Random score vectors of many shapes: spreads from 1e-3 to 1e3, offsets up to 1e6, heavy ties, constant runs.
 std::vector<float> random_scores(std::mt19937_64& rng, int n, int kind) {
   std::normal_distribution<double> normal(0.0, 1.0);
@@ -241,8 +244,7 @@ TEST_CASE("entmax solver: given the row maximum, the same threshold bit for bit"
   std::mt19937_64 rng(23);
   std::normal_distribution<double> normal(0.0, 1.0);
   auto same = [](const dashattn::EntmaxThreshold& a, const dashattn::EntmaxThreshold& b) {
-    return std::memcmp(&a.tau, &b.tau, sizeof(double)) == 0 && a.support == b.support &&
-           a.iterations == b.iterations;
+    return same_bits(a.tau, b.tau) && a.support == b.support && a.iterations == b.iterations;
   };
   int checked = 0;
   for (double alpha : {1.5, 2.0, 1.3}) {
@@ -295,7 +297,6 @@ TEST_CASE("entmax solver: the branch-free pass step has the branching step's bit
       s.below = v;
     }
   };
-  auto same_bits = [](double a, double b) { return std::memcmp(&a, &b, sizeof(double)) == 0; };
   std::mt19937_64 rng(41);
   std::normal_distribution<double> normal(0.0, 1.0);
   const double specials[] = {0.0, -0.0, -1.0, 0.5, -INFINITY, INFINITY, NAN};
@@ -330,7 +331,6 @@ TEST_CASE("entmax solver: a first pass formed with dropped entries interleaved h
   // be those of add() over the kept entries alone, whatever the dropped ones hold.
   std::mt19937_64 rng(43);
   std::normal_distribution<double> normal(0.0, 1.0);
-  auto same_bits = [](double a, double b) { return std::memcmp(&a, &b, sizeof(double)) == 0; };
   int checked = 0;
   for (double alpha : {1.5, 2.0, 1.3}) {
     for (int trial = 0; trial < 500; ++trial) {

@@ -192,7 +192,7 @@ DASHATTN_HD EntmaxThreshold entmax_threshold_given_max(const Values& x, int n, d
                                                        const detail::PassSums* first_pass = nullptr) {
   EntmaxThreshold r;
   if (n <= 0) return r;
-  const bool is15 = alpha == 1.5, is2 = alpha == 2.0;
+  const bool is15 = alpha == 1.5, is2 = alpha == 2.0, general = detail::general_sums(alpha);
   const double p = 1.0 / (alpha - 1.0);
   // Everything below is in coordinates relative to m; the bracket is [−1, 0): f(lo) >= 0 > f(hi).
   double lo = detail::kFirstTrial, hi = 0.0;
@@ -226,7 +226,7 @@ DASHATTN_HD EntmaxThreshold entmax_threshold_given_max(const Values& x, int n, d
   double t = lo;  // start at the left end: the support there is a superset of the true one
   for (int it = 0; it < detail::kMaxCertifiedPasses; ++it) {
     const detail::PassSums s =
-        it == 0 && first_pass != nullptr ? *first_pass : detail::pass(x, n, m, t, p, detail::general_sums(alpha));
+        it == 0 && first_pass != nullptr ? *first_pass : detail::pass(x, n, m, t, p, general);
     r.iterations = it + 1;
     if (is15 || is2) {
       double root;
