@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "bias_lists.cuh"
 #include "cuda_internal.cuh"
 #include "dashattn/prior.h"
 
@@ -61,6 +62,10 @@ struct AttendArgs {
   // Paged K/V: k and v are page pools read through this block table (table null: contiguous). Last, so that the
   // other arguments keep their places in the parameter space.
   KeyPages pages{};
+
+  // forward() only: Stage 1's per-token lists of routed chunks and log weights (bias_lists.cuh), from which the
+  // wide tilings' bias table is filled without recomputing it (off: computed as before).
+  BiasLists lists{};
 };
 
 // The chunks a query of a sequence of n_k keys may route: those before the last key's chunk (a query never routes

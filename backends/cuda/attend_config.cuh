@@ -18,7 +18,7 @@
 namespace dashattn::cuda {
 
 template <int kHeadDim_, typename Element_, int kWarps_, int kStages_, bool kWgmma_ = false,
-          bool kConsumerBias_ = false, bool kTileSplit_ = false, bool kPersistent_ = false>
+          bool kConsumerBias_ = false, bool kTileSplit_ = false, bool kPersistent_ = false, bool kBiasLists_ = false>
 struct AttendConfig {
   static constexpr int kHeadDim = kHeadDim_;
   using Element = Element_;
@@ -46,6 +46,12 @@ struct AttendConfig {
   static constexpr bool kConsumerBias = kConsumerBias_;
   using WithConsumerBias =
       AttendConfig<kHeadDim_, Element_, kWarps_, kStages_, kWgmma_, true, kTileSplit_, kPersistent_>;
+  // The consumer bias with its table filled from Stage 1's bias lists where a CTA's tokens all have one
+  // (bias_lists.cuh): an instance of its own for the one-item warpgroup tilings, so that the other instances keep
+  // their code (with the list path compiled in, the kernels without lists ran 1.4 % slower; perf-log.md).
+  static constexpr bool kListCapable = kWgmma_ && !kTileSplit_ && !kPersistent_;
+  using WithBiasLists = AttendConfig<kHeadDim_, Element_, kWarps_, kStages_, kWgmma_, true, kTileSplit_, kPersistent_,
+                                     kListCapable>;
   // Persistent (the warpgroup tiling, one CTA per SM): each CTA walks row blocks ("items") longest first, and two
   // otherwise idle warps of the producer warpgroup, the helpers, prepare item i + 1 (its union of tiles, counts,
   // tau / mu, Q and the first round of the bias table's k̄ columns) while the consumers run item i; the producer
@@ -95,6 +101,16 @@ struct AttendConfig {
   static constexpr size_t kBiasFloats = size_t(kStages) * kRows * 4 + kBiasScratch;
   static constexpr size_t kBiasBytes =
       (kBiasFloats > size_t(96) * kWarps ? kBiasFloats : size_t(96) * kWarps) * sizeof(float);
+  // Stage 1's bias lists (bias_lists.cuh) staged for the wide one-item tilings at g = 16 (a consumer warp's 16 rows
+  // are one token, whose list the warp copies at entry), in the bias area after the rows' parked τ / μ and
+  // per-tile biases ([kWarps][32] floats, [kWarps][64] floats), which the table path leaves unused.
+  // Each warp's count follows the entries ([kWarps] int32).
+  static constexpr size_t kListStageOffset = size_t(96) * kWarps * sizeof(float);
+  static constexpr size_t kListCountOffset = kListStageOffset + size_t(kWarps) * kBiasListCap * 8;
+  static constexpr bool kListsStaged = kBiasLists_;
+  static_assert(!kBiasLists_ || (kConsumerBias_ && !kTileSplit_ && !kPersistent_ &&
+                                 kListCountOffset + size_t(kWarps) * 4 <= kBiasBytes),
+                "bias lists: the one-item consumer-bias tilings, staged in the bias area");
   // Summaries k̄ of the chunks of each stage's tile (at most 4: C >= 16) for the consumers' bias MMA, rows padded
   // by 16 bytes so that the 4 rows an ldmatrix reads fall in distinct banks.
   static constexpr int kKbarRowElems = kHeadDim + 8;

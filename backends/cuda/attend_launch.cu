@@ -219,12 +219,14 @@ bool row_tensor_copies_allowed() {
 }
 
 void launch_attend(const AttendParams& p, const ProblemShape& s, void* workspace, size_t workspace_bytes,
-                   cudaStream_t stream) {
+                   cudaStream_t stream, const BiasLists* lists) {
   AttendPlan plan = plan_attend(s, current_sm_count(), false);
   if (plan.num_splits > 1 && (workspace == nullptr || workspace_bytes < plan.workspace_bytes)) plan.num_splits = 1;
   // (The caller's workspace is not sized for an item counter: the forced persistent kernel takes none.)
   plan.persistent = plan.num_splits == 1 && plan.warps == 8 && persistent_attend_forced();
-  launch_attend_planned(make_attend_args(p, s), s.d, p.q.dtype, plan, plan.persistent ? nullptr : workspace, stream);
+  AttendArgs args = make_attend_args(p, s);
+  if (lists != nullptr && args.prior != PriorMode::kNone) args.lists = bias_lists_for(*lists, args.mu);
+  launch_attend_planned(args, s.d, p.q.dtype, plan, plan.persistent ? nullptr : workspace, stream);
 }
 
 void launch_attend(const AttendParams& p, const ProblemShape& s, cudaStream_t stream) {

@@ -74,8 +74,9 @@ size_t split_workspace_bytes(const ProblemShape& s, int num_splits);
 // Workspace that launch_attend / launch_dense may use on the current device (0 when no split pays).
 size_t attend_workspace_bytes(const ProblemShape& s, bool dense = false);
 
+// lists: Stage 1's bias lists of this forward() (bias_lists.cuh), or null.
 void launch_attend(const AttendParams& p, const ProblemShape& s, void* workspace, size_t workspace_bytes,
-                   cudaStream_t stream);
+                   cudaStream_t stream, const BiasLists* lists = nullptr);
 void launch_dense(const DenseParams& p, const ProblemShape& s, void* workspace, size_t workspace_bytes,
                   cudaStream_t stream);
 

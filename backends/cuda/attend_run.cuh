@@ -115,9 +115,16 @@ void launch_attend_instance(AttendArgs args, bool allow_tma, cudaStream_t stream
 
 template <class Cfg>
 void launch_attend_config(const AttendArgs& args, bool allow_tma, cudaStream_t stream, int max_ctas = 0) {
-  if (bias_in_consumers(args))
+  if (bias_in_consumers(args)) {
+    // Stage 1's bias lists reach the warpgroup tilings' table at g = 16 (a warp's rows one token; bias_lists.cuh).
+    if constexpr (Cfg::kListCapable) {
+      if (args.lists.on() && args.group == 16) {
+        launch_attend_instance<typename Cfg::WithBiasLists>(args, allow_tma, stream, max_ctas);
+        return;
+      }
+    }
     launch_attend_instance<typename Cfg::WithConsumerBias>(args, allow_tma, stream, max_ctas);
-  else
+  } else
     launch_attend_instance<Cfg>(args, allow_tma, stream, max_ctas);
 }
 

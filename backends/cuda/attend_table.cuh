@@ -44,7 +44,55 @@ struct TableFill {
   // The persistent kernel stages in its own area (kPrepStagedCols columns), where the helper warps have already
   // copied the first round; null: the ring's last stages, every round copied here.
   unsigned char* staging = nullptr;
+  // Stage 1's bias lists (CTA-uniform lists_try: this CTA staged them, one token per consumer warp): the warp's
+  // token's entries and count (kNoList: none) in shared memory (not copied for a padding token).
+  bool lists_try = false;
+  const int2* list_stage = nullptr;
+  const int* list_count = nullptr;
 };
+
+// Whether pred holds in every consumer thread (a reduction on the consumers' named barrier 3, which every consumer
+// thread reaches).
+template <class Cfg>
+__device__ __forceinline__ bool consumers_all(bool pred) {
+  uint32_t all;
+  asm volatile(
+      "{\n .reg .pred p, q;\n setp.ne.u32 q, %1, 0;\n bar.red.and.pred p, 3, %2, q;\n selp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(all)
+      : "r"(uint32_t(pred)), "n"(Cfg::kWarps * 32)
+      : "memory");
+  return all != 0u;
+}
+
+// The table from Stage 1's lists (bias_lists.cuh) instead of x = Q k̄^T: the warp's token (g = 16) zeroes its
+// column, then each listed chunk's entry goes to its pair, the rank of its tile in the union (a union of at most
+// 32 words: a lane's word count scanned over the warp) times the chunks per tile plus its chunk of the tile. The
+// entries are the bias of log w as Stage 1 computed it for the mask bit and μ.
+__device__ __forceinline__ void fill_table_from_list(const AttendArgs& a, const uint32_t* sUnion, int union_words,
+                                                     int64_t tile_start, int n_pairs, int n_tokens_cta, int slot,
+                                                     bool valid, const int2* entries, int count, float mu,
+                                                     float* sTable, int lane) {
+  // A padding token has no column (its slot may pass the CTA's tokens, into another warp's entries).
+  if (!valid) return;  // warp-uniform: the warp's rows are one token
+  for (int p = lane; p < n_pairs; p += 32) sTable[p * n_tokens_cta + slot] = 0.0f;
+  const uint32_t my_word = lane < union_words ? sUnion[lane] : 0u;
+  const int word_base = warp_inclusive_sum(__popc(my_word), lane) - __popc(my_word);
+  __syncwarp();
+  static_assert(kTileKeys == 64, "tiles of 64 keys");
+  const int log2_per_tile = 6 - a.log2_chunk;  // C <= 64
+  const int per_tile = 1 << log2_per_tile;
+  for (int k0 = 0; k0 < count; k0 += 32) {
+    const int k = k0 + lane;
+    const int2 e = k < count ? entries[k] : make_int2(0, 0);
+    const int tile = e.x >> log2_per_tile;
+    const int word = (tile >> 5) & 31;
+    const int rank = __shfl_sync(0xffffffffu, word_base, word) + __popc(sUnion[word] & ((1u << (tile & 31)) - 1u));
+    const int p = int(rank - tile_start) * per_tile + (e.x & (per_tile - 1));
+    if (k < count && p >= 0 && p < n_pairs)
+      sTable[p * n_tokens_cta + slot] = prior_bias(a.prior, __int_as_float(e.y), mu, a.inv_sigma) * 1.4426950408889634f;
+  }
+}
+
 
 // The (tile, chunk) pairs of a union in order, 8 per n-tile: column(p0) gives lane column lane / 4 of the n-tile
 // of pairs p0 .. p0 + 7 its chunk (-1 past the pairs). Calls come with ascending p0 (multiples of 8). The warp finds
@@ -216,6 +264,17 @@ __device__ __forceinline__ void fill_bias_table(const TableFill& f, QFragment&& 
       }
     }
   };
+  if (Cfg::kListsStaged && stage_kbar && f.lists_try) {
+    // Stage 1's lists when every token of the CTA has one: no k̄ columns, and the ring goes to the producer at once.
+    const int count = row_a.valid ? *f.list_count : 0;  // (g = 16: the warp's rows are one token)
+    if (consumers_all<Cfg>(count >= 0 && count <= kBiasListCap)) {
+      fill_table_from_list(a, sUnion, f.union_words, f.list_start, n_pairs, n_tokens_cta, row_a.token_slot,
+                           row_a.valid, f.list_stage, count, bias.row_tau_mu[0].y, sTable, lane);
+      if (ring_free_bar != 0u) mma::mbar_arrive(ring_free_bar);
+      __syncwarp();
+      return;
+    }
+  }
   if (stage_kbar) {
     // Rounds of up to kStagedCols columns: warp w copies n-tiles w, w + kWarps, ... of the round; then every
     // warp builds its own rows' entries for all of them from shared memory.

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "attend_launch.cuh"
+#include "bias_lists.cuh"
 #include "copy_regions.cuh"
 #include "cuda_internal.cuh"
 #include "dashattn/backend.h"
@@ -309,7 +310,27 @@ class CudaBackend final : public Backend {
   }
 
  protected:
-  size_t attend_scratch_bytes(const ProblemShape& s) const override { return attend_workspace_bytes(s); }
+  // The bias lists Stage 1 hands to Stage 2 (bias_lists.cuh), then Stage 2's split-KV partials. Only for the
+  // shapes whose Stage 2 reads them: the warpgroup tilings (d = 128) at g = 16, C <= 64 and at most 64 K keys
+  // (unions of at most 32 words); elsewhere they would cost memory and Stage-1 stores for nothing.
+  static int64_t bias_list_rows(const ProblemShape& s) {
+    // Rows as forward()'s workspace carves μ: [b, h_kv, rows_q], one b for a packed batch (whose rows_q, the total,
+    // exceeds n_q, the longest; launches check the μ view against the rows anyway).
+    const bool read = s.d == 128 && s.group == 16 && s.chunk <= 64 && s.n_k <= 65536;
+    return read ? (s.rows_q == s.n_q ? s.batch : 1) * s.h_kv * s.rows_q : 0;
+  }
+  size_t attend_scratch_bytes(const ProblemShape& s) const override {
+    return bias_lists_bytes(bias_list_rows(s)) + attend_workspace_bytes(s);
+  }
+  // The lists at the scratch's front, when the scratch holds them (forward() sized it by attend_scratch_bytes).
+  static BiasLists scratch_lists(const ProblemShape& s, void* scratch, size_t bytes) {
+    const int64_t rows = bias_list_rows(s);
+    return rows > 0 && bytes >= bias_lists_bytes(rows) ? carve_bias_lists(scratch, rows) : BiasLists{};
+  }
+  void route_with_scratch(const RouteParams& p, const ProblemShape& s, void* scratch, size_t bytes) override {
+    const BiasLists lists = scratch_lists(s, scratch, bytes);
+    launch_route(p, route_shape(p), as_stream(p.stream), &lists);
+  }
 
   // A decode step's Stage 0 (one small kernel, latency-bound) on a second stream beside Stage 2 (see beside()).
   // Forked before Stage 1, its CTAs took multiprocessors that Stage 1's thread-block clusters wait for (a 64K step
@@ -362,7 +383,10 @@ class CudaBackend final : public Backend {
 
  protected:
   void attend_with_scratch(const AttendParams& p, const ProblemShape& s, void* scratch, size_t bytes) override {
-    launch_attend(p, s, scratch, bytes, as_stream(p.stream));
+    const BiasLists lists = scratch_lists(s, scratch, bytes);
+    const size_t list_bytes = lists.on() ? bias_lists_bytes(lists.rows) : 0;
+    launch_attend(p, s, lists.on() ? static_cast<char*>(scratch) + list_bytes : scratch, bytes - list_bytes,
+                  as_stream(p.stream), &lists);
   }
 
  private:

@@ -48,8 +48,11 @@ namespace cuda {
 
 // Stage 0 (summarize.cu): summaries of chunks [first_chunk, n_k_s / C) of every sequence.
 void launch_summarize(const SummarizeParams& p, cudaStream_t stream);
-// Stage 1 (route.cu): mask, tau, mu, active_chunks. s = route_shape(p).
-void launch_route(const RouteParams& p, const ProblemShape& s, cudaStream_t stream);
+struct BiasLists;  // bias_lists.cuh
+// Stage 1 (route.cu): mask, tau, mu, active_chunks, and with `lists` (forward() only) each token's routed chunks
+// and log weights for Stage 2. s = route_shape(p).
+void launch_route(const RouteParams& p, const ProblemShape& s, cudaStream_t stream,
+                  const BiasLists* lists = nullptr);
 // Stage 2 (attend_*.cu): prefill and decode sparse attention. s = attend_shape(p).
 void launch_attend(const AttendParams& p, const ProblemShape& s, cudaStream_t stream);
 // Dense causal baseline (dense_*.cu). s = shape of p as for attend (scale resolved).

@@ -5,7 +5,7 @@
 namespace dashattn {
 namespace cuda {
 
-void launch_route(const RouteParams& p, const ProblemShape& s, cudaStream_t stream) {
+void launch_route(const RouteParams& p, const ProblemShape& s, cudaStream_t stream, const BiasLists* lists) {
   if (p.summaries.dtype != p.q.dtype) {
     throw Unsupported("cuda", "summaries.dtype",
                       std::string("summaries in ") + dtype_name(p.summaries.dtype) + " with q in " +
@@ -15,7 +15,7 @@ void launch_route(const RouteParams& p, const ProblemShape& s, cudaStream_t stre
     throw Unsupported("cuda", "routing.mask", "a mask whose word axis is not contiguous");
   }
   const bool found = dispatch_instance(s.d, p.q.dtype, [&](auto hdim, auto ctype) {
-    route_instance<decltype(hdim)::value, decltype(ctype)>(p, s, stream);
+    route_instance<decltype(hdim)::value, decltype(ctype)>(p, s, stream, lists);
   });
   if (!found) {
     throw Unsupported("cuda", "q", "head dim " + std::to_string(s.d) + " in " + dtype_name(p.q.dtype) +

@@ -34,7 +34,7 @@ inline float route_x_scale(float alpha, float gamma, int64_t d) {
 }
 
 template <int kHeadDim, typename T>
-void route_instance(const RouteParams& p, const ProblemShape& s, cudaStream_t stream);
+void route_instance(const RouteParams& p, const ProblemShape& s, cudaStream_t stream, const BiasLists* lists);
 
 }  // namespace cuda
 }  // namespace dashattn

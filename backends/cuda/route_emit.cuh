@@ -44,6 +44,7 @@ __device__ __forceinline__ void emit_block_tokens(const RouteArgs& a, const Sequ
     const bool real = i < sp.n_q;
     const int64_t diag = real ? query_diagonal_chunk(a, sp, i) : -1;
     uint32_t* mask_row = token_mask_row(a, sp, r, i);
+    int32_t* const list_count = token_list_count_ptr(a, sp, r, i);  // null without bias lists
     auto write_word = [&](int64_t word, uint32_t bits) {
       if (!real) bits = 0u;
       else if ((diag >> 5) == word) bits |= 1u << (diag & 31);
@@ -197,24 +198,42 @@ __device__ __forceinline__ void emit_block_tokens(const RouteArgs& a, const Sequ
       }
       __syncwarp();
       // Bit = group weight > 0, Σ log w and the count: a lane per table row. (A lane per mask word left the rows of
-      // a crowded word, the recent chunks most tokens weigh, to one lane while the others idled.)
-      for (int row = lane; row < union_size; row += 32) {
-        float sum = 0.0f;
-        if (g == 16) {  // the common group (h_q = 32, h_kv = 2): the row's loads issued together
-          float head_w[16];
+      // a crowded word, the recent chunks most tokens weigh, to one lane while the others idled.) With bias lists,
+      // each routed row's (chunk, log w) also goes to the token's list, at its rank among the round's routed
+      // rows (a ballot) after the earlier rounds'.
+      int2* const list = real && list_count != nullptr ? token_list_entries(a, list_count) : nullptr;
+      int listed = 0;
+      for (int row0 = 0; row0 < union_size; row0 += 32) {
+        const int row = row0 + lane;
+        bool on = false;
+        float lw = 0.0f;
+        int c = 0;
+        if (row < union_size) {
+          float sum = 0.0f;
+          if (g == 16) {  // the common group (h_q = 32, h_kv = 2): the row's loads issued together
+            float head_w[16];
 #pragma unroll
-          for (int h = 0; h < 16; ++h) head_w[h] = table[row * head_stride + h];
+            for (int h = 0; h < 16; ++h) head_w[h] = table[row * head_stride + h];
 #pragma unroll
-          for (int h = 0; h < 16; ++h) sum += head_w[h];
-        } else {
-          for (int h = 0; h < g; ++h) sum += table[row * head_stride + h];
+            for (int h = 0; h < 16; ++h) sum += head_w[h];
+          } else {
+            for (int h = 0; h < g; ++h) sum += table[row * head_stride + h];
+          }
+          const float w = group_mean(sum, g);
+          if (w > 0.0f) {
+            lw = logf(w);
+            log_sum += lw;
+            ++routed;
+            c = union_chunk[row];
+            atomicOr(&rbits[c >> 5], 1u << (c & 31));
+            on = true;
+          }
         }
-        const float w = group_mean(sum, g);
-        if (w > 0.0f) {
-          log_sum += logf(w);
-          ++routed;
-          const int c = union_chunk[row];
-          atomicOr(&rbits[c >> 5], 1u << (c & 31));
+        if (list != nullptr) {  // warp-uniform
+          const uint32_t ballot = __ballot_sync(0xffffffffu, on);
+          const int at = listed + __popc(ballot & ((1u << lane) - 1u));
+          if (on && at < kBiasListCap) list[at] = make_int2(c, __float_as_int(lw));
+          listed += __popc(ballot);
         }
       }
       __syncwarp();
@@ -261,6 +280,8 @@ __device__ __forceinline__ void emit_block_tokens(const RouteArgs& a, const Sequ
     warp_log_sum(&log_sum, &routed);
     if (lane == 0) {
       store_token_mu_value(token_mu_ptr(a, sp, r, i), token_active_ptr(a, sp, r, i), real, log_sum, routed);
+      // The list is whole when the table form listed every routed chunk (the windowed form lists none).
+      if (list_count != nullptr) *list_count = table_form && routed <= kBiasListCap ? routed : kNoList;
     }
   }
 }

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "dashattn/entmax.h"
+#include "bias_lists.cuh"
 #include "dashattn/prior.h"
 #include "mma_sm80.cuh"
 #include "route.cuh"
@@ -41,6 +42,7 @@ struct RouteArgs {
   bool only_flagged;       // multi-pass kernel: run only the blocks the other kernels handed over
   int stages;              // single-sweep kernel: summary tiles in flight (2..4)
   int list_cap;            // single-sweep kernel: candidates per list column
+  BiasLists lists;         // forward() only: each token's routed chunks and log w for Stage 2 (bias_lists.cuh)
 };
 
 // τ bit pattern (a NaN no arithmetic produces) with which the cluster and single-sweep kernels mark, in the first
@@ -110,6 +112,15 @@ __device__ __forceinline__ float* token_mu_ptr(const RouteArgs& a, const Sequenc
 __device__ __forceinline__ int32_t* token_active_ptr(const RouteArgs& a, const SequenceSpan& sp, int r, int64_t i) {
   return a.active.defined() ? a.active.ptr<int32_t>(sp.batch_index, r, sp.q_begin + i) : nullptr;
 }
+// The token's bias-list row (bias_lists.cuh; indexed like μ): its count, or null without lists.
+__device__ __forceinline__ int32_t* token_list_count_ptr(const RouteArgs& a, const SequenceSpan& sp, int r,
+                                                         int64_t i) {
+  return a.lists.on() ? a.lists.counts + a.mu.offset(sp.batch_index, r, sp.q_begin + i) : nullptr;
+}
+// The entries of the row whose count is at `count` (token_list_count_ptr).
+__device__ __forceinline__ int2* token_list_entries(const RouteArgs& a, const int32_t* count) {
+  return a.lists.entries + (count - a.lists.counts) * int64_t(kBiasListCap);
+}
 
 // One lane's share of Σ log w and the routed count: a routed chunk's log (not NaN) is added, in the caller's order.
 __device__ __forceinline__ void add_log_weight(float lg, float* log_sum, int* routed) {
@@ -155,6 +166,8 @@ __device__ __forceinline__ void store_token_mu(const RouteArgs& a, const Sequenc
                                                const float* part_log, const int* part_routed, int parts, int stride) {
   store_token_mu_at(token_mu_ptr(a, sp, r, i), token_active_ptr(a, sp, r, i), i < sp.n_q, part_log, part_routed,
                     parts, stride);
+  // These kernels list no chunks for Stage 2's bias.
+  if (int32_t* count = token_list_count_ptr(a, sp, r, i)) *count = kNoList;
 }
 
 // Accumulated per-row statistics of one certified pass at trial t (entmax.h's PassSums).

@@ -167,7 +167,7 @@ bool launch_cluster_route(const RouteArgs& a, const ProblemShape& s, cudaStream_
 }  // namespace route_detail
 
 template <int kHeadDim, typename T>
-void route_instance(const RouteParams& p, const ProblemShape& s, cudaStream_t stream) {
+void route_instance(const RouteParams& p, const ProblemShape& s, cudaStream_t stream, const BiasLists* lists) {
   using namespace route_detail;
   using C = Config<kHeadDim>;
   static_assert(kHeadDim % 16 == 0, "head dims are multiples of 16");
@@ -182,6 +182,8 @@ void route_instance(const RouteParams& p, const ProblemShape& s, cudaStream_t st
   a.tau = device_tensor(p.routing.tau);
   a.mu = device_tensor(p.routing.mu);
   a.active = device_tensor(p.routing.active_chunks);
+  // Stage 2 reads the lists only for a prior bias (bias_lists.cuh).
+  if (lists != nullptr && p.method.prior != PriorMode::kNone) a.lists = bias_lists_for(*lists, a.mu);
   a.batch = device_batch(p.batch, s.n_q, s.n_k);
   a.mask_words = p.routing.mask.shape[3];
   a.chunk = static_cast<int>(s.chunk);

@@ -172,6 +172,8 @@ __global__ void __launch_bounds__(kWideThreads, 1)
     tok_mask[tid] = token_mask_row(a, sp, r, tid);
     tok_mu[tid] = token_mu_ptr(a, sp, r, tid);
     tok_active[tid] = token_active_ptr(a, sp, r, tid);
+    // This kernel lists no chunks for Stage 2's bias.
+    if (int32_t* count = token_list_count_ptr(a, sp, r, tid)) *count = kNoList;
   }
   cp_async_wait(0);
   __syncthreads();  // Q, the rows' limits, the tokens' diagonals and the addresses visible to every warp

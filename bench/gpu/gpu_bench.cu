@@ -23,6 +23,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <random>
@@ -31,6 +32,7 @@
 
 #include "attend_launch.cuh"
 #include "bench_device.cuh"
+#include "bias_lists.cuh"
 #include "bench_paged.cuh"
 #include "dashattn/dashattn.h"
 #include "dashattn/synthetic.h"
@@ -61,6 +63,10 @@ struct Options {
   // what changes is which keys are neighbours in memory: in [b, h, n, d] a 64-key chunk of one KV head is one
   // contiguous 16 KB run, in [b, n, h, d] 64 runs of 256 bytes interleaved with the other heads' keys.
   bool heads_major = false;
+  // Prefill Stages 1 and 2 with the bias lists that forward() hands from one to the other (bias_lists.cuh): Stage 1
+  // writes them, Stage 2 fills its bias table from them. --no-bias-lists times both as the standalone route() and
+  // attend() run them (Stage 2 recomputing the table), for A/B runs in one binary.
+  bool bias_lists = true;
   // --paged P: Stage 0 and Stage 2 also timed on the same keys and values in a shuffled pool of P-token pages
   // (bench_paged.cuh), beside the contiguous timings (0: not timed).
   int64_t page_size = 0;
@@ -212,6 +218,38 @@ std::vector<uint32_t> random_mask(int64_t b, int64_t h_kv, int64_t rows, int64_t
   return m;
 }
 
+// The bias lists (bias_lists.cuh) of a mask drawn here, [h_kv, rows] like μ: each row's chunks below its diagonal
+// with a log weight of an even spread over them (Stage 2's work does not depend on the values), kNoList for a row
+// of more than kBiasListCap chunks, as Stage 1 writes them.
+void upload_bias_lists(const std::vector<uint32_t>& mask, int64_t h_kv, int64_t rows, int64_t n_k, int64_t chunk,
+                       int64_t words, const cuda::BiasLists& lists) {
+  std::vector<int32_t> counts(static_cast<size_t>(h_kv * rows));
+  std::vector<int2> entries(static_cast<size_t>(h_kv * rows * cuda::kBiasListCap), int2{0, 0});
+  for (int64_t r = 0; r < h_kv; ++r)
+    for (int64_t i = 0; i < rows; ++i) {
+      const int64_t row = r * rows + i, diag = (n_k - rows + i) / chunk;
+      const uint32_t* m = &mask[static_cast<size_t>(row * words)];
+      int32_t count = 0;
+      for (int64_t c = 0; c < diag; ++c) count += (m[c >> 5] >> (c & 31)) & 1u;
+      if (count > cuda::kBiasListCap) {
+        counts[static_cast<size_t>(row)] = cuda::kNoList;
+        continue;
+      }
+      counts[static_cast<size_t>(row)] = count;
+      const float lw = count > 0 ? -std::log(float(count)) : 0.0f;
+      int k = 0;
+      for (int64_t c = 0; c < diag; ++c) {
+        if ((m[c >> 5] >> (c & 31)) & 1u) {
+          int32_t bits;
+          std::memcpy(&bits, &lw, 4);
+          entries[static_cast<size_t>(row * cuda::kBiasListCap + k++)] = int2{int32_t(c), bits};
+        }
+      }
+    }
+  CK(cudaMemcpy(lists.counts, counts.data(), counts.size() * 4, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(lists.entries, entries.data(), entries.size() * sizeof(int2), cudaMemcpyHostToDevice));
+}
+
 struct Row {
   std::string mode;
   int64_t n;
@@ -268,7 +306,18 @@ Row bench_prefill(Backend& be, const Options& o, int64_t n, cudaStream_t st) {
   rp.routing.active_chunks = view(active.p, DType::kI32, {1, h_kv, n});
   row.s0 = time_ms(st, o.reps, [&](cudaStream_t s) { sp.stream = s; summarize(be, sp); });
   emit("prefill", n, "stage0", row.s0);
-  row.s1 = time_ms(st, o.reps, [&](cudaStream_t s) { rp.stream = s; route(be, rp); });
+  // Stage 1 as forward() runs it: with the bias lists for Stage 2 (their rows indexed like μ, [h_kv, n]).
+  Buf lists_buf(o.bias_lists ? cuda::bias_lists_bytes(h_kv * n) : 0);
+  const cuda::BiasLists lists = o.bias_lists ? cuda::carve_bias_lists(lists_buf.p, h_kv * n) : cuda::BiasLists{};
+  const RouteParams rp_norm = normalize_route(rp);
+  const ProblemShape route_s = route_shape(rp_norm);
+  row.s1 = time_ms(st, o.reps, [&](cudaStream_t s) {
+    rp.stream = s;
+    if (!o.bias_lists) return route(be, rp);
+    RouteParams x = rp_norm;
+    x.stream = s;
+    cuda::launch_route(x, route_s, s, &lists);
+  });
   CK(cudaStreamSynchronize(st));
   std::vector<int32_t> act(static_cast<size_t>(h_kv * n));
   CK(cudaMemcpy(act.data(), active.p, act.size() * 4, cudaMemcpyDeviceToHost));
@@ -285,6 +334,8 @@ Row bench_prefill(Backend& be, const Options& o, int64_t n, cudaStream_t st) {
   emit("prefill", n, "dense_ours", row.dense);
 
   AttendParams ap = attend_params(rp, sp, dp, m);
+  const AttendParams ap_norm = normalize_attend(ap);
+  const ProblemShape attend_s = attend_shape(ap_norm);
   std::unique_ptr<bench_paged::PagedKv> pages;
   if (o.page_size > 0) {
     pages = bench_paged::make_paged(k.p, v.p, 1, n, h_kv, d, o.page_size, 11);
@@ -297,7 +348,14 @@ Row bench_prefill(Backend& be, const Options& o, int64_t n, cudaStream_t st) {
       double kept = 0;
       const auto mh = random_mask(1, h_kv, n, n, C, words, s, !per_token, 1234 + per_token, &kept);
       CK(cudaMemcpy(mask.p, mh.data(), mh.size() * 4, cudaMemcpyHostToDevice));
-      const double ms = time_ms(st, o.reps, [&](cudaStream_t st2) { ap.stream = st2; attend(be, ap); });
+      if (o.bias_lists) upload_bias_lists(mh, h_kv, n, n, C, words, lists);
+      const double ms = time_ms(st, o.reps, [&](cudaStream_t st2) {
+        ap.stream = st2;
+        if (!o.bias_lists) return attend(be, ap);
+        AttendParams x = ap_norm;
+        x.stream = st2;
+        cuda::launch_attend(x, attend_s, nullptr, 0, st2, &lists);
+      });
       (per_token ? row.s2_token : row.s2_chunk).push_back(ms);
       emit("prefill", n, std::string("stage2_") + (per_token ? "token" : "chunk"), ms,
            "\"s\":" + std::to_string(s) + ",\"kept\":" + std::to_string(kept));
@@ -311,7 +369,7 @@ Row bench_prefill(Backend& be, const Options& o, int64_t n, cudaStream_t st) {
     }
   }
   // Extra device memory of the method beyond q, k, v, o and the summaries.
-  row.extra_gb = double(mask.bytes + tau.bytes + mu.bytes + active.bytes) / 1e9;
+  row.extra_gb = double(mask.bytes + tau.bytes + mu.bytes + active.bytes + lists_buf.bytes) / 1e9;
   emit("prefill", n, "extra_memory", 0.0, "\"gb\":" + std::to_string(row.extra_gb));
   return row;
 }
@@ -604,6 +662,8 @@ int main(int argc, char** argv) {
       o.step_variants = true;
     } else if (a == "--prefill-only") {
       o.decode = false;
+    } else if (a == "--no-bias-lists") {
+      o.bias_lists = false;
     } else if (a == "--warm-l2") {
       o.warm_l2 = true;
     } else if (a == "--layout") {
@@ -630,7 +690,7 @@ int main(int argc, char** argv) {
       }
     } else {
       std::fprintf(stderr, "usage: %s [--sizes 16384,32768,65536] [--sparsities 0.75,0.875,0.9375] [--reps 30] "
-                   "[--prior estimate_diagonal|raw|none] [--prefill-only|--decode-only] [--decode-batch 24] [--decode-splits 5,8,11] [--step-variants] [--warm-l2] [--layout bnhd|bhnd] [--paged 256]\n",
+                   "[--prior estimate_diagonal|raw|none] [--prefill-only|--decode-only] [--decode-batch 24] [--decode-splits 5,8,11] [--step-variants] [--warm-l2] [--no-bias-lists] [--layout bnhd|bhnd] [--paged 256]\n",
                    argv[0]);
       return 2;
     }

@@ -38,6 +38,8 @@ void Backend::copy_regions(const CopyRegion* regions, size_t count, void* stream
 
 size_t Backend::attend_scratch_bytes(const ProblemShape&) const { return 0; }
 
+void Backend::route_with_scratch(const RouteParams& p, const ProblemShape&, void*, size_t) { route(p); }
+
 void Backend::attend_with_scratch(const AttendParams& p, const ProblemShape&, void*, size_t) { attend(p); }
 
 void Backend::summarize_and_route(const SummarizeParams& sp, const RouteParams& rp) {
@@ -81,6 +83,7 @@ void Backend::forward(const ForwardParams& p) {
   } release{this, owned ? ws : nullptr, p.stream};
 
   const ForwardParams f = plan_workspace(p, s, ws).params;
+  void* const scratch = scratch_bytes > 0 ? static_cast<char*>(ws) + core_bytes : nullptr;
 
   SummarizeParams sp;
   sp.k = f.k;
@@ -101,7 +104,7 @@ void Backend::forward(const ForwardParams& p) {
     rp.method = f.method;
     rp.routing = f.routing;
     rp.stream = f.stream;
-    route(rp);
+    route_with_scratch(rp, s, scratch, scratch_bytes);
   };
   auto stage2 = [&]() {
     AttendParams ap;
@@ -115,7 +118,6 @@ void Backend::forward(const ForwardParams& p) {
     ap.batch = f.batch;
     ap.method = f.method;
     ap.stream = f.stream;
-    void* scratch = scratch_bytes > 0 ? static_cast<char*>(ws) + core_bytes : nullptr;
     attend_with_scratch(ap, s, scratch, scratch_bytes);
   };
   // When every chunk this call completes lies at or after the last query's chunk (a decode step of one token per

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "attend_check.h"
 #include "cuda_check.h"
 #include "attend_launch.cuh"
+#include "bias_lists.cuh"
 #include "dashattn/geometry.h"
 
 using namespace dashattn;
@@ -76,6 +78,12 @@ struct Case {
   // > 0: K and V are read from pools of pages of this many keys through a block table (pages shuffled, spare pages
   // and unused table entries NaN); the outputs must be bitwise those of the contiguous run.
   int page_size = 0;
+  // Stage 1's bias lists (bias_lists.cuh) beside the routing inputs, as forward() hands them over: each row's
+  // routed chunks with log w in float from the reference's weights, kNoList past kBiasListCap chunks and for every
+  // list_drop-th token (0: none), and poisoned entries past each count (a chunk far out of range, NaN). The wide
+  // tilings then fill their bias table from them where every token of a CTA has one; the others ignore them.
+  bool lists = false;
+  int list_drop = 0;
 };
 
 // Host copy of a 16-bit or f32 tensor with its element strides.
@@ -346,8 +354,49 @@ Outcome run_case(const Case& c, uint64_t seed) {
     }
   }
 
+  // Stage 1's lists of these masks (rows indexed like μ), from the reference's group weights.
+  const int64_t list_rows = int64_t(mu.elems());
+  std::vector<int32_t> list_counts(size_t(list_rows), dashattn::cuda::kNoList);
+  std::vector<int2> list_entries(size_t(list_rows) * dashattn::cuda::kBiasListCap, int2{0x7fffffff, 0x7fc00000});
+  if (c.lists) {
+    for (int s = 0; s < B; ++s)
+      for (int64_t i = 0; i < c.n_q[s]; ++i) {
+        const int64_t ci = (c.n_k[s] - c.n_q[s] + i) / C;
+        for (int r = 0; r < c.h_kv; ++r) {
+          const int64_t row = mu.off(bidx(s), r, qrow(s, i));
+          int32_t n = 0;
+          for (int64_t ch = 0; ch < ci; ++ch) {
+            if (!((mask_word(s, r, i, ch / 32) >> (ch % 32)) & 1u)) continue;
+            double w = 0;
+            for (int hh = r * g; hh < (r + 1) * g; ++hh) {
+              const double y = x_of(s, i, hh, ch) - tau.f32[tau.off(bidx(s), hh, qrow(s, i))];
+              w += y > 0 ? y * y : 0.0;
+            }
+            w /= g;
+            if (!(w > 0)) w = 1e-30;
+            const float lw = float(std::log(w));
+            int32_t bits;
+            std::memcpy(&bits, &lw, 4);
+            if (n < dashattn::cuda::kBiasListCap)
+              list_entries[size_t(row) * dashattn::cuda::kBiasListCap + n] = int2{int32_t(ch), bits};
+            ++n;
+          }
+          const bool dropped = c.list_drop > 0 && i % c.list_drop == c.list_drop - 1;
+          list_counts[size_t(row)] = n <= dashattn::cuda::kBiasListCap && !dropped ? n : dashattn::cuda::kNoList;
+        }
+      }
+  }
+
   // Device run.
   for (HostTensor* t : {&q, &k, &v, &o, &mask, &lse, &tau, &mu, &summ}) t->upload();
+  void* d_lists = nullptr;
+  dashattn::cuda::BiasLists lists;
+  if (c.lists) {
+    CK(cudaMalloc(&d_lists, dashattn::cuda::bias_lists_bytes(list_rows)));
+    lists = dashattn::cuda::carve_bias_lists(d_lists, list_rows);
+    CK(cudaMemcpy(lists.counts, list_counts.data(), list_counts.size() * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(lists.entries, list_entries.data(), list_entries.size() * sizeof(int2), cudaMemcpyHostToDevice));
+  }
   PagedKv paged;
   if (c.page_size > 0) paged = make_paged_kv(k, v, c.page_size, c.n_k, krow, bidx, seed);
   int32_t *d_cu_q = nullptr, *d_cu_k = nullptr, *d_len_q = nullptr, *d_len_k = nullptr;
@@ -415,6 +464,7 @@ Outcome run_case(const Case& c, uint64_t seed) {
     ap.method.sigma = c.sigma;
     ap.method.prior = c.prior;
     args = dashattn::cuda::make_attend_args(ap, shape);
+    if (c.lists && c.prior != PriorMode::kNone) args.lists = dashattn::cuda::bias_lists_for(lists, args.mu);
   }
   int sms = 0;
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
@@ -470,7 +520,7 @@ Outcome run_case(const Case& c, uint64_t seed) {
   out.rel_l2 = std::sqrt(num / std::max(den, 1e-30));
   for (HostTensor* t : {&q, &k, &v, &o, &mask, &lse, &tau, &mu, &summ, &paged.k, &paged.v}) t->release();
   for (void* p : {static_cast<void*>(d_cu_q), static_cast<void*>(d_cu_k), static_cast<void*>(d_len_q),
-                  static_cast<void*>(d_len_k), static_cast<void*>(paged.d_table), ws})
+                  static_cast<void*>(d_len_k), static_cast<void*>(paged.d_table), ws, d_lists})
     if (p) cudaFree(p);
   return out;
 }
@@ -592,6 +642,20 @@ std::vector<Case> conformance_cases() {
   { Case c = base; c.name = "persistent 2 CTAs whole and partial varlen"; c.warps = 8; c.persistent = 2; c.chunk_masks = true; c.prior = PriorMode::kRaw; c.n_q = {128, 190, 256}; c.n_k = {128, 190, 640}; c.varlen = true; add(c); }
   // Paged K/V (shuffled pages, NaN spare pages): each tiling's tile addressing through the block table, including
   // the persistent kernel, whose whole-tile items then take its general producer walk.
+  // Stage 1's bias lists (bias_lists.cuh): the wide tilings at g = 16 fill their table from them where every token
+  // of a CTA has a list (C = 64, 32, 16; chunk and per-token draws; padded and varlen batches), and fall back to the
+  // computed table in CTAs with a token past kBiasListCap chunks or without a list; decode and other groups ignore
+  // them. Each is checked against the reference, whose bias is the same log w in float64.
+  { Case c = base; c.name = "lists wgmma chunk masks raw"; c.warps = 8; c.lists = true; c.chunk_masks = true; c.prior = PriorMode::kRaw; c.n_q = {400}; c.n_k = {400}; add(c); }
+  { Case c = base; c.name = "lists wgmma per token est C32"; c.warps = 8; c.lists = true; c.chunk = 32; c.sigma = 0.5f; c.prior = PriorMode::kEstimateDiagonal; c.n_q = {300}; c.n_k = {700}; add(c); }
+  { Case c = base; c.name = "lists wgmma C16 dropped rows raw"; c.warps = 8; c.lists = true; c.list_drop = 13; c.chunk_masks = true; c.chunk = 16; c.prior = PriorMode::kRaw; c.keep = 0.2; c.n_q = {333}; c.n_k = {333}; add(c); }
+  { Case c = base; c.name = "lists wgmma past the cap raw"; c.warps = 8; c.lists = true; c.chunk_masks = true; c.prior = PriorMode::kRaw; c.keep = 0.33; c.n_q = {200}; c.n_k = {12000}; add(c); }
+  { Case c = base; c.name = "lists ignored by 7 warps padded est"; c.warps = 7; c.lists = true; c.prior = PriorMode::kEstimateDiagonal; c.sigma = 0.5f; c.n_q = {150, 333}; c.n_k = {300, 333}; c.lengths = true; add(c); }
+  { Case c = base; c.name = "lists wgmma varlen raw"; c.warps = 8; c.lists = true; c.chunk_masks = true; c.prior = PriorMode::kRaw; c.varlen = true; c.n_q = {50, 190, 3}; c.n_k = {50, 190, 700}; add(c); }
+  { Case c = base; c.name = "lists wgmma 3 stages raw"; c.warps = 8; c.stages = 3; c.lists = true; c.chunk_masks = true; c.prior = PriorMode::kRaw; c.n_q = {400}; c.n_k = {400}; add(c); }
+  { Case c = base; c.name = "lists g4 and decode ignore them"; c.lists = true; c.h_q = 8; c.h_kv = 2; c.prior = PriorMode::kRaw; c.n_q = {200}; c.n_k = {200}; add(c); }
+  { Case c = base; c.name = "lists union of 69 words raw"; c.lists = true; c.prior = PriorMode::kRaw; c.keep = 0.0002; c.n_q = {8}; c.n_k = {140000}; c.splits = 1; add(c); }
+  { Case c = base; c.name = "lists decode split ignores them"; c.lists = true; c.prior = PriorMode::kEstimateDiagonal; c.n_q = {1, 1}; c.n_k = {1500, 700}; c.splits = 3; add(c); }
   { Case c = base; c.name = "paged P128 wgmma chunk masks raw"; c.warps = 8; c.page_size = 128; c.chunk_masks = true; c.prior = PriorMode::kRaw; c.n_q = {400}; c.n_k = {400}; add(c); }
   { Case c = base; c.name = "paged P64 decode split"; c.page_size = 64; c.n_q = {1, 1, 1}; c.n_k = {5000, 4000, 64}; add(c); }
   { Case c = base; c.name = "paged P256 varlen g4 est"; c.warps = 8; c.page_size = 256; c.h_q = 8; c.h_kv = 2; c.prior = PriorMode::kEstimateDiagonal; c.n_q = {50, 190, 3}; c.n_k = {50, 590, 700}; c.varlen = true; add(c); }

@@ -14,3 +14,11 @@ TEST_CASE("cuda stage 2 kernels match the float64 reference") {
   }
   CHECK(attend_check::run_conformance(false) == 0);
 }
+
+TEST_CASE("cuda stage 1 bias lists name the routed chunks and their log weights") {
+  if (!attend_check::have_device()) {
+    MESSAGE("no CUDA device: skipped");
+    std::exit(77);
+  }
+  CHECK(attend_check::run_route_lists_check(true) == 0);
+}

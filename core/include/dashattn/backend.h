@@ -76,9 +76,12 @@ class Backend {
   virtual void copy_regions(const CopyRegion* regions, size_t count, void* stream);
 
  protected:
-  // Scratch Stage 2 may use inside forward() (a GPU backend's split-KV partials), so that the whole forward runs
-  // from the caller's workspace without allocating. The default needs none and calls attend().
+  // Scratch Stages 1 and 2 may use inside forward() (a GPU backend's split-KV partials, and what its Stage 1
+  // hands to its Stage 2 beside the routing outputs), so that the whole forward runs from the caller's workspace
+  // without allocating. Both stages of one forward() get the same bytes, Stage 1 first. The default needs none
+  // and calls route() and attend().
   virtual size_t attend_scratch_bytes(const ProblemShape& s) const;
+  virtual void route_with_scratch(const RouteParams& p, const ProblemShape& s, void* scratch, size_t bytes);
   virtual void attend_with_scratch(const AttendParams& p, const ProblemShape& s, void* scratch, size_t bytes);
   // Stage 0 (sp), Stage 1 (`stage1`) and Stage 2 (`stage2`), called by forward() when neither later stage reads
   // what Stage 0 writes: a decode step's new chunk is its own query's diagonal chunk, which routing never scores

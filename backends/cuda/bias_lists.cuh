@@ -1,0 +1,70 @@
+// Per-token lists of the routed chunks' log group weights, written by Stage 1 and read by Stage 2's bias table.
+//
+// Stage 1 computes each routed chunk's group weight w_c to set the mask bit and to form μ; Stage 2 needs
+// log w_c again for the prior bias, and without these lists recomputes it per CTA (x = Q k̄^T on the tensor
+// cores for every pair of the CTA's union, the heads' entmax weights, their group sums and a logarithm: the
+// bias table). With them, Stage 2 scatters ready values into its table: prefill Stage 2 2-3 % faster at 32K-64K,
+// 87.5-93.75 %, on an H100 (perf-log.md, fortieth pass). The values are Stage 1's own: the bias of a chunk is
+// the log of the weight that set its bit and entered μ.
+//
+// Layout, one row per (sequence, KV head, query token), indexed like μ (the row's offset in the μ view, which
+// forward()'s workspace carves contiguous [b, h_kv, rows_q]): counts[row] and entries[row][0 .. cap), each
+// entry {chunk, bits of log w_c} in no particular order. counts[row] = the routed chunks (the diagonal not
+// among them) when every one of them is listed, kNoList when the row has none: more than `cap`, or Stage 1
+// took a path that does not list (the decode kernels, the multi-pass kernel, the emit's windowed fallback).
+// Stage 2 takes the lists only when every token of its CTA has one, and otherwise computes its table as before.
+//
+// They exist only inside forward(): Stage 1 writes every row's count in the same call, so Stage 2 never reads
+// a stale one. The standalone route() and attend() calls take no lists.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cuda_internal.cuh"
+
+namespace dashattn::cuda {
+
+// Entries per row: 32 K-token sequences at 93.75 % route at most ~32 chunks per token, 64 K at ~64, so the
+// sparse rows fit; denser rows fall back to the computed table. 520 bytes per row (67 MB at 64K, h_kv = 2).
+constexpr int kBiasListCap = 64;
+constexpr int32_t kNoList = -1;
+
+struct BiasLists {
+  int2* entries = nullptr;    // [rows][cap]: {chunk, __float_as_int(log w)}
+  int32_t* counts = nullptr;  // [rows]
+  int64_t rows = 0;           // rows the buffers hold (null buffers: no lists)
+  __host__ __device__ __forceinline__ bool on() const { return counts != nullptr; }
+};
+
+// Bytes of the lists for `rows` rows (both arrays, 256-byte aligned).
+inline size_t bias_lists_bytes(int64_t rows) {
+  const size_t counts = (size_t(rows) * sizeof(int32_t) + 255) / 256 * 256;
+  const size_t entries = (size_t(rows) * kBiasListCap * sizeof(int2) + 255) / 256 * 256;
+  return rows > 0 ? counts + entries : 0;
+}
+
+// The lists at the front of `scratch` (256-byte aligned), sized for `rows` rows.
+inline BiasLists carve_bias_lists(void* scratch, int64_t rows) {
+  BiasLists l;
+  if (scratch == nullptr || rows <= 0) return l;
+  char* base = static_cast<char*>(scratch);
+  l.counts = reinterpret_cast<int32_t*>(base);
+  l.entries = reinterpret_cast<int2*>(base + (size_t(rows) * sizeof(int32_t) + 255) / 256 * 256);
+  l.rows = rows;
+  return l;
+}
+
+// The lists a launch may use with this μ view: every row's offset in it must fall inside the lists (a
+// contiguous [b, h_kv, rows_q] view of at most l.rows elements, as forward()'s workspace carves it).
+inline BiasLists bias_lists_for(const BiasLists& l, const DeviceTensor& mu) {
+  if (!l.on() || !mu.defined()) return BiasLists{};
+  int64_t last = 0;
+  for (int i = 0; i < 3; ++i) {
+    if (mu.shape[i] <= 0 || mu.stride[i] < 0) return BiasLists{};
+    last += (mu.shape[i] - 1) * mu.stride[i];
+  }
+  return last < l.rows ? l : BiasLists{};
+}
+
+}  // namespace dashattn::cuda
