@@ -303,6 +303,18 @@ Outcome run_case(const Case& c, uint64_t seed) {
     }
   }
 
+  // The group weight of chunk ch for token i's KV head r (α = 1.5: the heads' (x − τ)_+² averaged), floored where it
+  // underflows as Stage 2 floors it (the mask bit decides).
+  auto group_weight_of = [&](int s, int64_t i, int r, int64_t ch) {
+    double w = 0;
+    for (int hh = r * g; hh < (r + 1) * g; ++hh) {
+      const double y = x_of(s, i, hh, ch) - tau.f32[tau.off(bidx(s), hh, qrow(s, i))];
+      w += y > 0 ? y * y : 0.0;
+    }
+    w /= g;
+    return w > 0 ? w : 1e-30;
+  };
+
   // Float64 reference.
   const double scale = 1.0 / std::sqrt(double(c.d));
   std::vector<double> ref(size_t(TB) * TQ * c.h_q * c.d, 0.0), ref_lse(size_t(TB) * TQ * c.h_q, -INFINITY);
@@ -319,13 +331,7 @@ Outcome run_case(const Case& c, uint64_t seed) {
           if (!routed) continue;
           double bias = 0;
           if (!c.dense && c.prior != PriorMode::kNone) {
-            double w = 0;
-            for (int hh = r * g; hh < (r + 1) * g; ++hh) {
-              const double y = x_of(s, i, hh, ch) - tau.f32[tau.off(bidx(s), hh, qrow(s, i))];
-              w += y > 0 ? y * y : 0.0;
-            }
-            w /= g;
-            if (!(w > 0)) w = 1e-30;
+            const double w = group_weight_of(s, i, r, ch);
             bias = c.prior == PriorMode::kRaw ? std::log(w)
                                               : (std::log(w) - mu.f32[mu.off(bidx(s), r, qrow(s, i))]) / c.sigma;
           }
@@ -367,13 +373,7 @@ Outcome run_case(const Case& c, uint64_t seed) {
           int32_t n = 0;
           for (int64_t ch = 0; ch < ci; ++ch) {
             if (!((mask_word(s, r, i, ch / 32) >> (ch % 32)) & 1u)) continue;
-            double w = 0;
-            for (int hh = r * g; hh < (r + 1) * g; ++hh) {
-              const double y = x_of(s, i, hh, ch) - tau.f32[tau.off(bidx(s), hh, qrow(s, i))];
-              w += y > 0 ? y * y : 0.0;
-            }
-            w /= g;
-            if (!(w > 0)) w = 1e-30;
+            const double w = group_weight_of(s, i, r, ch);
             const float lw = float(std::log(w));
             int32_t bits;
             std::memcpy(&bits, &lw, 4);

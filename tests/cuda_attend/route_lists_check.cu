@@ -165,24 +165,14 @@ int check_case(const RouteCase& c, uint64_t seed, bool verbose) {
 }  // namespace
 
 int run_route_lists_check(bool verbose) {
-  std::vector<RouteCase> cases;
-  cases.push_back({"route lists d128 g16 C64 n3000"});
-  cases.back().n = 3000;
-  cases.push_back({"route lists d128 g16 C32 n1500 q std 8"});
-  cases.back().n = 1500;
-  cases.back().chunk = 32;
-  cases.back().q_std = 8.0f;
-  // Long rows: many past the cap (kNoList), the rest listed.
-  cases.push_back({"route lists d64 g4 C16 n4000"});
-  cases.back().n = 4000;
-  cases.back().d = 64;
-  cases.back().h_q = 8;
-  cases.back().chunk = 16;
-  cases.back().q_std = 2.0f;
-  cases.back().min_listed_percent = 50;
-  cases.push_back({"route lists d128 g1 C64 n777"});
-  cases.back().n = 777;
-  cases.back().h_q = 2;
+  // {name, n, h_q, h_kv, d, chunk, q std, least listed percent}
+  const std::vector<RouteCase> cases = {
+      {"route lists d128 g16 C64 n3000", 3000, 32, 2, 128, 64, 4.0f, 90},
+      {"route lists d128 g16 C32 n1500 q std 8", 1500, 32, 2, 128, 32, 8.0f, 90},
+      // Long rows: many past the cap (kNoList), the rest listed.
+      {"route lists d64 g4 C16 n4000", 4000, 8, 2, 64, 16, 2.0f, 50},
+      {"route lists d128 g1 C64 n777", 777, 2, 2, 128, 64, 4.0f, 90},
+  };
   int failures = 0;
   uint64_t seed = 777;
   for (const RouteCase& c : cases) failures += check_case(c, seed++, verbose);
