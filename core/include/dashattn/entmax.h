@@ -57,11 +57,12 @@ struct PassSums {
   double above = INFINITY;                  // b = min{x > t}
 };
 
-// One element's step for α = 1.5 and 2 (no Σy^p sums), without branches: an element off the support adds +0 to
-// S1 and S2, which leaves those sums of positive terms exactly as they are, and the bracket ends move only under
-// the same conditions, so the sums have the branching form's bits. On a GPU thread that walks a list (Stage 1's
-// solve) the branches diverged per element and held the next element's load behind them. keep = false: the element
-// is not in the list at all (a compaction dropped it), so it leaves every sum and both bracket ends alone.
+// One element's count, S1, S2 and bracket ends (all of a pass for α = 1.5 and 2; general α adds
+// pass_add_powers), without branches: an element off the support adds +0 to S1 and S2, which leaves those sums of
+// positive terms exactly as they are, and the bracket ends move only under the same conditions, so the sums have
+// the branching form's bits. On a GPU thread that walks a list (Stage 1's solve) the branches diverged per element
+// and held the next element's load behind them. keep = false: the element is not in the list at all (a compaction
+// dropped it), so it leaves every sum and both bracket ends alone.
 DASHATTN_HD void pass_add_plain_if(PassSums& s, double v, double t, bool keep) {
   const double y = v - t;
   const bool in = keep && y > 0;
@@ -74,25 +75,20 @@ DASHATTN_HD void pass_add_plain_if(PassSums& s, double v, double t, bool keep) {
 }
 DASHATTN_HD void pass_add_plain(PassSums& s, double v, double t) { pass_add_plain_if(s, v, t, true); }
 
-// Adds one element to a pass's sums: v = x − m (the element relative to the row maximum), at trial threshold t.
-// The order of the calls fixes the sums' bits. α = 1.5 and 2 take the plain step above.
-DASHATTN_HD void pass_add(PassSums& s, double v, double t, double p, bool general) {
-  if (!general) {
-    pass_add_plain(s, v, t);
-    return;
-  }
-  const double y = v - t;
+// The general α's extra sums Σy^(p−1), Σy^p of one element at y = v − t (nothing off the support).
+DASHATTN_HD void pass_add_powers(PassSums& s, double y, double p) {
   if (y > 0) {
-    ++s.k;
-    s.s1 += y;
-    s.s2 += y * y;
     const double ypm1 = pow(y, p - 1.0);
     s.spm1 += ypm1;
     s.sp += ypm1 * y;
-    if (v < s.above) s.above = v;
-  } else if (v > s.below) {
-    s.below = v;
   }
+}
+
+// Adds one element to a pass's sums: v = x − m (the element relative to the row maximum), at trial threshold t.
+// The order of the calls fixes the sums' bits. Every α takes the plain step; general α adds its powers.
+DASHATTN_HD void pass_add(PassSums& s, double v, double t, double p, bool general) {
+  pass_add_plain(s, v, t);
+  if (general) pass_add_powers(s, v - t, p);
 }
 
 // One pass at trial threshold t, in coordinates shifted by the row maximum m (exact for float inputs): the
@@ -126,11 +122,9 @@ struct FirstPass {
   DASHATTN_HD void add(float x) { pass_add(sums, static_cast<double>(x) - m, kFirstTrial, p, general); }
   // add(x) if keep, else nothing; for α = 1.5 and 2 without a branch on keep (a compaction that walks every entry).
   DASHATTN_HD void add_if(float x, bool keep) {
-    if (general) {
-      if (keep) add(x);
-      return;
-    }
-    pass_add_plain_if(sums, static_cast<double>(x) - m, kFirstTrial, keep);
+    const double v = static_cast<double>(x) - m;
+    pass_add_plain_if(sums, v, kFirstTrial, keep);
+    if (general && keep) pass_add_powers(sums, v - kFirstTrial, p);
   }
 };
 
