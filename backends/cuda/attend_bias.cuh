@@ -11,6 +11,12 @@
 
 namespace dashattn::cuda {
 
+// The prior bias of a routed chunk of log group weight log_w in log2 units (the logits' units), for a token of mean
+// log weight mu: every path of Stage 2's bias ends here, whether it recomputed w or took Stage 1's (bias_lists.cuh).
+__device__ __forceinline__ float prior_bias_log2(const AttendArgs& a, float log_w, float mu) {
+  return prior_bias(a.prior, log_w, mu, a.inv_sigma) * 1.4426950408889634f;
+}
+
 // Bias (log2 units) of routed chunk c for token i: the group weight w_c recomputed from tau as Stage 1 defined it,
 // by one warp. A small group leaves lanes idle, so each head's dot product is spread over `lanes_per_head` lanes
 // (a power of two, each a contiguous slice of the head dim); the per-head weights are then summed in head order
@@ -57,7 +63,7 @@ __device__ float chunk_bias_log2(const AttendArgs& a, const SequenceSpan& sp, in
   // The mask bit is ground truth: a weight that recomputes to zero still gets a finite bias.
   if (!(w > 0.0f)) w = kMinRoutedWeight;
   const float mu = static_cast<const float*>(a.mu.data)[row_output_offset(a.mu, sp, kv_head, token)];
-  return prior_bias(a.prior, logf(w), mu, a.inv_sigma) * 1.4426950408889634f;
+  return prior_bias_log2(a, logf(w), mu);
 }
 
 // The producer warp's bias table of one stage: entry [token slot][chunk of the tile] for the CTA's tokens, the
@@ -149,7 +155,7 @@ __device__ void fill_stage_bias(const AttendArgs& a, const SequenceSpan& sp, int
         // The mask bit is ground truth: a weight that recomputes to zero still gets a finite bias.
         if (!(w > 0.0f)) w = kMinRoutedWeight;
         const float mu = static_cast<const float*>(a.mu.data)[row_output_offset(a.mu, sp, kv_head, it.token)];
-        bias = prior_bias(a.prior, logf(w), mu, a.inv_sigma) * 1.4426950408889634f;
+        bias = prior_bias_log2(a, logf(w), mu);
       }
       table[it.t * 4 + it.qd] = bias;
     }
@@ -176,7 +182,7 @@ struct ConsumerRowBias {
     float w = sum * inv_g;
     // The mask bit is ground truth: a weight that recomputes to zero still gets a finite bias.
     if (!(w > 0.0f)) w = kMinRoutedWeight;
-    return prior_bias(a.prior, logf(w), mu, a.inv_sigma) * 1.4426950408889634f;
+    return prior_bias_log2(a, logf(w), mu);
   }
   // The bias of row a's token (lane / 4) from a group sum.
   __device__ __forceinline__ float row_a_bias(float sum) const { return bias_of(sum, row_tau_mu[lane / 4].y); }

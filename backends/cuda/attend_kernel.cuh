@@ -184,15 +184,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   // holds the two rows lane / 4 and lane / 4 + 8 of its slab; they are parked in shared memory after the union.
   const int slab_row = Cfg::kTileSplit ? 0 : warp * 16;  // first row of this warp's 16-row slab
   float2 early_tau_mu[2] = {make_float2(0.0f, 0.0f), make_float2(0.0f, 0.0f)};
-  // Stage 1's bias lists (bias_lists.cuh), CTA-uniform: with g = 16 each consumer warp copies its token's list and
-  // count at entry, so that the table needs no x = Q k̄^T (C <= 64 and unions of at most 32 words, 64 K keys, for
-  // the table's rank lookup).
-  const bool lists_try =
-      Cfg::kListsStaged && g == 16 && a.log2_chunk <= 6 && item.union_words <= 32 && item.any_rows;
-  int2* const sListStage = reinterpret_cast<int2*>(reinterpret_cast<unsigned char*>(sBias) +
-                                                   Cfg::kListStageOffset) + warp * kBiasListCap;
-  int* const sListCount = reinterpret_cast<int*>(reinterpret_cast<unsigned char*>(sBias) + Cfg::kListCountOffset) +
-                          warp;
+  // Stage 1's bias lists (bias_lists.cuh): each consumer warp copies its token's list at entry, so that the table
+  // needs no x = Q k̄^T (attend_table.cuh).
+  const bool lists_try = TokenListStage<Cfg>::applies(a, g, item.union_words) && item.any_rows;
+  const TokenListStage<Cfg> list_stage(sBias, warp);
   if constexpr (!kPersistent) {
     // (Consumer warps only: the producer warpgroup's later code runs under its smaller register budget.) The wide
     // tilings load the mask word first: the union waits for it, the bias table much later for tau / mu.
@@ -205,15 +200,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 #pragma unroll
       for (int half = 0; half < 2; ++half) early_tau_mu[half] = item.tau_mu(a, slab_row + lane / 4 + 8 * half);
     }
-    // (The count and entries by cp.async, so that no register holds them over the union.) A padding token's warp
-    // copies nothing; the table skips its rows.
-    if (lists_try && early && item.first_token + warp <= item.last_token) {
-      const int64_t row = row_output_offset(a.mu, item.sp, item.kv_head, item.first_token + warp);
-      static_assert(kBiasListCap == 64, "a lane copies two entries");
-      mma::cp_async_16(sListStage + 2 * lane, a.lists.entries + row * kBiasListCap + 2 * lane, 16);
-      if (lane == 0) mma::cp_async_4(sListCount, a.lists.counts + row);
-      mma::cp_async_commit();
-    }
+    // (A padding token's warp copies nothing; the table skips its rows.)
+    if (lists_try && early && item.first_token + warp <= item.last_token)
+      list_stage.copy(a, item.sp, item.kv_head, item.first_token + warp, lane);
     if (tid == 0) item_clock.head_lap(1);
     if (item.any_rows) {
       const uint32_t early_word =
@@ -426,7 +415,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
                                      kPersistent ? nullptr : item.union_list(sUnionList), int(plan.tile_start),
                                      reinterpret_cast<unsigned char*>(sRing), sTable, plan.stage_kbar,
                                      kPersistent ? 0u : ring_free_bar, kPersistent ? pi.kbar_stage : nullptr,
-                                     lists_try, sListStage, sListCount},
+                                     lists_try, list_stage.entries, list_stage.count},
                            q_fragment, row_bias_of, consumers_sync);
     }
     if (tid == 0) {

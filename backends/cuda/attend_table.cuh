@@ -51,6 +51,33 @@ struct TableFill {
   const int* list_count = nullptr;
 };
 
+// A consumer warp's copy of its token's bias list (bias_lists.cuh): entries and count in the bias area after the
+// rows' parked τ / μ and per-tile biases, which the table path leaves unused (AttendConfig::kListStageOffset).
+template <class Cfg>
+struct TokenListStage {
+  int2* entries;
+  int* count;
+  __device__ __forceinline__ TokenListStage(float* sBias, int warp)
+      : entries(reinterpret_cast<int2*>(reinterpret_cast<unsigned char*>(sBias) + Cfg::kListStageOffset) +
+                warp * kBiasListCap),
+        count(reinterpret_cast<int*>(reinterpret_cast<unsigned char*>(sBias) + Cfg::kListCountOffset) + warp) {}
+  // Whether a CTA takes the lists (CTA-uniform): an instance that stages them, g = 16 (a warp's rows are one token),
+  // C <= 64 and a union of at most 32 words (64 K keys), which the table's rank lookup needs.
+  static __device__ __forceinline__ bool applies(const AttendArgs& a, int g, int union_words) {
+    return Cfg::kListsStaged && g == 16 && a.log2_chunk <= 6 && union_words <= 32;
+  }
+  // The list and count of `token` by cp.async (committed, not waited), so that no register holds them over the
+  // CTA's head: a lane copies two entries, lane 0 the count.
+  __device__ __forceinline__ void copy(const AttendArgs& a, const SequenceSpan& sp, int kv_head, int64_t token,
+                                       int lane) const {
+    static_assert(kBiasListCap == 64, "a lane copies two entries");
+    const int64_t row = row_output_offset(a.mu, sp, kv_head, token);
+    mma::cp_async_16(entries + 2 * lane, a.lists.entries + row * kBiasListCap + 2 * lane, 16);
+    if (lane == 0) mma::cp_async_4(count, a.lists.counts + row);
+    mma::cp_async_commit();
+  }
+};
+
 // Whether pred holds in every consumer thread (a reduction on the consumers' named barrier 3, which every consumer
 // thread reaches).
 template <class Cfg>
@@ -89,7 +116,7 @@ __device__ __forceinline__ void fill_table_from_list(const AttendArgs& a, const 
     const int rank = __shfl_sync(0xffffffffu, word_base, word) + __popc(sUnion[word] & ((1u << (tile & 31)) - 1u));
     const int p = int(rank - tile_start) * per_tile + (e.x & (per_tile - 1));
     if (k < count && p >= 0 && p < n_pairs)
-      sTable[p * n_tokens_cta + slot] = prior_bias(a.prior, __int_as_float(e.y), mu, a.inv_sigma) * 1.4426950408889634f;
+      sTable[p * n_tokens_cta + slot] = prior_bias_log2(a, __int_as_float(e.y), mu);
   }
 }
 

@@ -18,6 +18,7 @@
 #include "cuda_check.h"
 #include "cuda_internal.cuh"
 #include "dashattn/dashattn.h"
+#include "dashattn/dtype.h"
 #include "dashattn/geometry.h"
 #include "dashattn/validate.h"
 
@@ -37,12 +38,7 @@ struct RouteCase {
 std::vector<uint16_t> random_bf16(size_t n, float scale, std::mt19937& rng) {
   std::normal_distribution<float> nd(0.0f, scale);
   std::vector<uint16_t> out(n);
-  for (auto& x : out) {
-    const float f = nd(rng);
-    uint32_t b;
-    std::memcpy(&b, &f, 4);
-    x = uint16_t((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);  // round to nearest even
-  }
+  for (auto& x : out) x = float_to_bf16(nd(rng));
   return out;
 }
 
