@@ -225,7 +225,7 @@ void launch_attend(const AttendParams& p, const ProblemShape& s, void* workspace
   // (The caller's workspace is not sized for an item counter: the forced persistent kernel takes none.)
   plan.persistent = plan.num_splits == 1 && plan.warps == 8 && persistent_attend_forced();
   AttendArgs args = make_attend_args(p, s);
-  if (lists != nullptr && args.prior != PriorMode::kNone) args.lists = bias_lists_for(*lists, args.mu);
+  args.lists = bias_lists_for(lists, args.mu, args.prior);
   launch_attend_planned(args, s.d, p.q.dtype, plan, plan.persistent ? nullptr : workspace, stream);
 }
 

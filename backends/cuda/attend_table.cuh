@@ -64,7 +64,7 @@ struct TokenListStage {
   // Whether a CTA takes the lists (CTA-uniform): an instance that stages them, g = 16 (a warp's rows are one token),
   // C <= 64 and a union of at most 32 words (64 K keys), which the table's rank lookup needs.
   static __device__ __forceinline__ bool applies(const AttendArgs& a, int g, int union_words) {
-    return Cfg::kListsStaged && g == 16 && a.log2_chunk <= 6 && union_words <= 32;
+    return Cfg::kListsStaged && g == 16 && a.log2_chunk <= 6 && union_words <= kBiasListUnionWords;
   }
   // The list and count of `token` by cp.async (committed, not waited), so that no register holds them over the
   // CTA's head: a lane copies two entries, lane 0 the count.
@@ -119,7 +119,6 @@ __device__ __forceinline__ void fill_table_from_list(const AttendArgs& a, const 
       sTable[p * n_tokens_cta + slot] = prior_bias_log2(a, __int_as_float(e.y), mu);
   }
 }
-
 
 // The (tile, chunk) pairs of a union in order, 8 per n-tile: column(p0) gives lane column lane / 4 of the n-tile
 // of pairs p0 .. p0 + 7 its chunk (-1 past the pairs). Calls come with ascending p0 (multiples of 8). The warp finds

@@ -29,6 +29,10 @@ namespace dashattn::cuda {
 // sparse rows fit; denser rows fall back to the computed table. 520 bytes per row (67 MB at 64K, h_kv = 2).
 constexpr int kBiasListCap = 64;
 constexpr int32_t kNoList = -1;
+// Stage 2 places a listed chunk in its bias table by the rank of its tile in the CTA's union, found with one lane
+// per union word: unions of at most 32 words of 64-key tiles, so sequences of at most 64 K keys.
+constexpr int kBiasListUnionWords = 32;
+constexpr int64_t kBiasListMaxKeys = int64_t(kBiasListUnionWords) * 32 * 64;
 
 struct BiasLists {
   int2* entries = nullptr;    // [rows][cap]: {chunk, __float_as_int(log w)}
@@ -37,11 +41,11 @@ struct BiasLists {
   __host__ __device__ __forceinline__ bool on() const { return counts != nullptr; }
 };
 
-// Bytes of the lists for `rows` rows (both arrays, 256-byte aligned).
+// Bytes of the counts of `rows` rows, and of both arrays (each 256-byte aligned).
+inline size_t bias_list_counts_bytes(int64_t rows) { return (size_t(rows) * sizeof(int32_t) + 255) / 256 * 256; }
 inline size_t bias_lists_bytes(int64_t rows) {
-  const size_t counts = (size_t(rows) * sizeof(int32_t) + 255) / 256 * 256;
   const size_t entries = (size_t(rows) * kBiasListCap * sizeof(int2) + 255) / 256 * 256;
-  return rows > 0 ? counts + entries : 0;
+  return rows > 0 ? bias_list_counts_bytes(rows) + entries : 0;
 }
 
 // The lists at the front of `scratch` (256-byte aligned), sized for `rows` rows.
@@ -50,21 +54,22 @@ inline BiasLists carve_bias_lists(void* scratch, int64_t rows) {
   if (scratch == nullptr || rows <= 0) return l;
   char* base = static_cast<char*>(scratch);
   l.counts = reinterpret_cast<int32_t*>(base);
-  l.entries = reinterpret_cast<int2*>(base + (size_t(rows) * sizeof(int32_t) + 255) / 256 * 256);
+  l.entries = reinterpret_cast<int2*>(base + bias_list_counts_bytes(rows));
   l.rows = rows;
   return l;
 }
 
-// The lists a launch may use with this μ view: every row's offset in it must fall inside the lists (a
-// contiguous [b, h_kv, rows_q] view of at most l.rows elements, as forward()'s workspace carves it).
-inline BiasLists bias_lists_for(const BiasLists& l, const DeviceTensor& mu) {
-  if (!l.on() || !mu.defined()) return BiasLists{};
+// The lists a launch may use with this μ view and prior: none without a prior (Stage 2 reads them only for the
+// bias, so Stage 1 writes them only then), and every row's offset in the view must fall inside the lists (a
+// contiguous [b, h_kv, rows_q] view of at most l->rows elements, as forward()'s workspace carves it).
+inline BiasLists bias_lists_for(const BiasLists* l, const DeviceTensor& mu, PriorMode prior) {
+  if (l == nullptr || !l->on() || prior == PriorMode::kNone || !mu.defined()) return BiasLists{};
   int64_t last = 0;
   for (int i = 0; i < 3; ++i) {
     if (mu.shape[i] <= 0 || mu.stride[i] < 0) return BiasLists{};
     last += (mu.shape[i] - 1) * mu.stride[i];
   }
-  return last < l.rows ? l : BiasLists{};
+  return last < l->rows ? *l : BiasLists{};
 }
 
 }  // namespace dashattn::cuda

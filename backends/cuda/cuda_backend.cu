@@ -316,7 +316,7 @@ class CudaBackend final : public Backend {
   static int64_t bias_list_rows(const ProblemShape& s) {
     // Rows as forward()'s workspace carves μ: [b, h_kv, rows_q], one b for a packed batch (whose rows_q, the total,
     // exceeds n_q, the longest; launches check the μ view against the rows anyway).
-    const bool read = s.d == 128 && s.group == 16 && s.chunk <= 64 && s.n_k <= 65536;
+    const bool read = s.d == 128 && s.group == 16 && s.chunk <= 64 && s.n_k <= kBiasListMaxKeys;
     return read ? (s.rows_q == s.n_q ? s.batch : 1) * s.h_kv * s.rows_q : 0;
   }
   size_t attend_scratch_bytes(const ProblemShape& s) const override {

@@ -182,8 +182,7 @@ void route_instance(const RouteParams& p, const ProblemShape& s, cudaStream_t st
   a.tau = device_tensor(p.routing.tau);
   a.mu = device_tensor(p.routing.mu);
   a.active = device_tensor(p.routing.active_chunks);
-  // Stage 2 reads the lists only for a prior bias (bias_lists.cuh).
-  if (lists != nullptr && p.method.prior != PriorMode::kNone) a.lists = bias_lists_for(*lists, a.mu);
+  a.lists = bias_lists_for(lists, a.mu, p.method.prior);
   a.batch = device_batch(p.batch, s.n_q, s.n_k);
   a.mask_words = p.routing.mask.shape[3];
   a.chunk = static_cast<int>(s.chunk);

@@ -464,7 +464,7 @@ Outcome run_case(const Case& c, uint64_t seed) {
     ap.method.sigma = c.sigma;
     ap.method.prior = c.prior;
     args = dashattn::cuda::make_attend_args(ap, shape);
-    if (c.lists && c.prior != PriorMode::kNone) args.lists = dashattn::cuda::bias_lists_for(lists, args.mu);
+    if (c.lists) args.lists = dashattn::cuda::bias_lists_for(&lists, args.mu, c.prior);
   }
   int sms = 0;
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
@@ -640,8 +640,6 @@ std::vector<Case> conformance_cases() {
   { Case c = base; c.name = "persistent 3 CTAs whole tiles chunk masks"; c.warps = 8; c.persistent = 3; c.chunk_masks = true; c.prior = PriorMode::kRaw; c.n_q = {640}; c.n_k = {640}; add(c); }
   { Case c = base; c.name = "persistent 2 CTAs whole tiles per token"; c.warps = 8; c.persistent = 2; c.prior = PriorMode::kEstimateDiagonal; c.n_q = {448}; c.n_k = {768}; add(c); }
   { Case c = base; c.name = "persistent 2 CTAs whole and partial varlen"; c.warps = 8; c.persistent = 2; c.chunk_masks = true; c.prior = PriorMode::kRaw; c.n_q = {128, 190, 256}; c.n_k = {128, 190, 640}; c.varlen = true; add(c); }
-  // Paged K/V (shuffled pages, NaN spare pages): each tiling's tile addressing through the block table, including
-  // the persistent kernel, whose whole-tile items then take its general producer walk.
   // Stage 1's bias lists (bias_lists.cuh): the wide tilings at g = 16 fill their table from them where every token
   // of a CTA has a list (C = 64, 32, 16; chunk and per-token draws; padded and varlen batches), and fall back to the
   // computed table in CTAs with a token past kBiasListCap chunks or without a list; decode and other groups ignore
@@ -656,6 +654,8 @@ std::vector<Case> conformance_cases() {
   { Case c = base; c.name = "lists g4 and decode ignore them"; c.lists = true; c.h_q = 8; c.h_kv = 2; c.prior = PriorMode::kRaw; c.n_q = {200}; c.n_k = {200}; add(c); }
   { Case c = base; c.name = "lists union of 69 words raw"; c.lists = true; c.prior = PriorMode::kRaw; c.keep = 0.0002; c.n_q = {8}; c.n_k = {140000}; c.splits = 1; add(c); }
   { Case c = base; c.name = "lists decode split ignores them"; c.lists = true; c.prior = PriorMode::kEstimateDiagonal; c.n_q = {1, 1}; c.n_k = {1500, 700}; c.splits = 3; add(c); }
+  // Paged K/V (shuffled pages, NaN spare pages): each tiling's tile addressing through the block table, including
+  // the persistent kernel, whose whole-tile items then take its general producer walk.
   { Case c = base; c.name = "paged P128 wgmma chunk masks raw"; c.warps = 8; c.page_size = 128; c.chunk_masks = true; c.prior = PriorMode::kRaw; c.n_q = {400}; c.n_k = {400}; add(c); }
   { Case c = base; c.name = "paged P64 decode split"; c.page_size = 64; c.n_q = {1, 1, 1}; c.n_k = {5000, 4000, 64}; add(c); }
   { Case c = base; c.name = "paged P256 varlen g4 est"; c.warps = 8; c.page_size = 256; c.h_q = 8; c.h_kv = 2; c.prior = PriorMode::kEstimateDiagonal; c.n_q = {50, 190, 3}; c.n_k = {50, 590, 700}; c.varlen = true; add(c); }
