@@ -306,14 +306,16 @@ Row bench_prefill(Backend& be, const Options& o, int64_t n, cudaStream_t st) {
   rp.routing.active_chunks = view(active.p, DType::kI32, {1, h_kv, n});
   row.s0 = time_ms(st, o.reps, [&](cudaStream_t s) { sp.stream = s; summarize(be, sp); });
   emit("prefill", n, "stage0", row.s0);
-  // Stage 1 as forward() runs it: with the bias lists for Stage 2 (their rows indexed like μ, [h_kv, n]).
-  Buf lists_buf(o.bias_lists ? cuda::bias_lists_bytes(h_kv * n) : 0);
-  const cuda::BiasLists lists = o.bias_lists ? cuda::carve_bias_lists(lists_buf.p, h_kv * n) : cuda::BiasLists{};
+  // Stage 1 as forward() runs it: with the bias lists for Stage 2 (their rows indexed like μ, [h_kv, n]) up to the
+  // length for which forward() carves them (cuda_backend.cu).
+  const bool use_lists = o.bias_lists && n <= cuda::kBiasListMaxKeys;
+  Buf lists_buf(use_lists ? cuda::bias_lists_bytes(h_kv * n) : 0);
+  const cuda::BiasLists lists = use_lists ? cuda::carve_bias_lists(lists_buf.p, h_kv * n) : cuda::BiasLists{};
   const RouteParams rp_norm = normalize_route(rp);
   const ProblemShape route_s = route_shape(rp_norm);
   row.s1 = time_ms(st, o.reps, [&](cudaStream_t s) {
     rp.stream = s;
-    if (!o.bias_lists) return route(be, rp);
+    if (!use_lists) return route(be, rp);
     RouteParams x = rp_norm;
     x.stream = s;
     cuda::launch_route(x, route_s, s, &lists);
@@ -348,10 +350,10 @@ Row bench_prefill(Backend& be, const Options& o, int64_t n, cudaStream_t st) {
       double kept = 0;
       const auto mh = random_mask(1, h_kv, n, n, C, words, s, !per_token, 1234 + per_token, &kept);
       CK(cudaMemcpy(mask.p, mh.data(), mh.size() * 4, cudaMemcpyHostToDevice));
-      if (o.bias_lists) upload_bias_lists(mh, h_kv, n, n, C, words, lists);
+      if (use_lists) upload_bias_lists(mh, h_kv, n, n, C, words, lists);
       const double ms = time_ms(st, o.reps, [&](cudaStream_t st2) {
         ap.stream = st2;
-        if (!o.bias_lists) return attend(be, ap);
+        if (!use_lists) return attend(be, ap);
         AttendParams x = ap_norm;
         x.stream = st2;
         cuda::launch_attend(x, attend_s, nullptr, 0, st2, &lists);
