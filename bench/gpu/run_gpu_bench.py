@@ -96,6 +96,22 @@ def clock_lines(samples, m, sizes, sp):
     return out
 
 
+def error_lines(rows):
+    """The timings that returned an error instead of a time (the baselines' exception, cut to 200 characters), and
+    run-wide errors without a row (FlexAttention unavailable), so that an n/a in the tables has its reason in the
+    same report."""
+    out = []
+    for r in rows:
+        if "error" not in r:
+            continue
+        if "mode" in r:
+            what = r.get("what", "?") + (f" {r['s'] * 100:g}%" if r.get("s") is not None else "")
+            out.append(f"- {r['mode']} {r['n'] // 1024}K {what}: {r['error']}")
+        else:
+            out.append(f"- {r['error']}")
+    return ["", "Not timed (the error each returned):", ""] + out if out else []
+
+
 def fmt(x, nd=3):
     return "n/a" if x is None else f"{x:.{nd}f}"
 
@@ -248,6 +264,7 @@ def main():
                            "; ".join(notes) + ".")
     out.extend(achieved_rates(m, sizes, sp))
     out.extend(clock_lines(read_clock_log(clock_log), m, sizes, sp))
+    out.extend(error_lines(ours + torch_rows))
     text = "\n".join(out)
     with open(os.path.join(args.out, "table.md"), "w") as f:
         f.write(text + "\n")

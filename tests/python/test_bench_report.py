@@ -66,3 +66,20 @@ def test_clock_over_each_timing_flags_the_dips():
     assert "cuDNN 1980" in row and "S2 87.5% 1650" in row and "Stage 0 n/a" in row
     assert "Timed below 95 % of the highest clock: prefill 32K S2 87.5%." in text
     assert report.clock_lines([], rows, [32768], [0.875]) == []
+
+
+def test_failed_timings_are_reported_with_their_error():
+    report = load_report()
+    rows = [
+        {"mode": "prefill", "n": 98304, "what": "flex_block_sparse", "s": 0.9375, "error": "CUDA out of memory"},
+        {"mode": "decode", "n": 32768, "what": "sdpa_flash", "error": "no kernel"},
+        {"mode": "prefill", "n": 98304, "what": "sdpa_cudnn", "ms": 134.1},
+        {"error": "flex_attention unavailable: no module"},
+    ]
+    lines = report.error_lines(rows)
+    assert "- prefill 96K flex_block_sparse 93.75%: CUDA out of memory" in lines
+    assert "- decode 32K sdpa_flash: no kernel" in lines
+    assert "- flex_attention unavailable: no module" in lines
+    assert not any("sdpa_cudnn" in line for line in lines)
+    assert report.error_lines([rows[2]]) == []
+
