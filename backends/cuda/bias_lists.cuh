@@ -34,6 +34,13 @@ constexpr int32_t kNoList = -1;
 constexpr int kBiasListUnionWords = 32;
 constexpr int64_t kBiasListMaxKeys = int64_t(kBiasListUnionWords) * 32 * 64;
 
+// Whether Stage 2 reads lists for this shape, so that forward() carves them and Stage 1 writes them: the warpgroup
+// tilings' list instance (d = 128) at g = 16, C <= 64 and at most kBiasListMaxKeys keys; elsewhere they would cost
+// memory and Stage-1 stores for nothing.
+inline bool bias_lists_read(int64_t d, int64_t group, int64_t chunk, int64_t n_k) {
+  return d == 128 && group == 16 && chunk <= 64 && n_k <= kBiasListMaxKeys;
+}
+
 struct BiasLists {
   int2* entries = nullptr;    // [rows][cap]: {chunk, __float_as_int(log w)}
   int32_t* counts = nullptr;  // [rows]

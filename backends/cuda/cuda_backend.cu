@@ -311,12 +311,11 @@ class CudaBackend final : public Backend {
 
  protected:
   // The bias lists Stage 1 hands to Stage 2 (bias_lists.cuh), then Stage 2's split-KV partials. Only for the
-  // shapes whose Stage 2 reads them: the warpgroup tilings (d = 128) at g = 16, C <= 64 and at most 64 K keys
-  // (unions of at most 32 words); elsewhere they would cost memory and Stage-1 stores for nothing.
+  // shapes whose Stage 2 reads them (bias_lists_read).
   static int64_t bias_list_rows(const ProblemShape& s) {
     // Rows as forward()'s workspace carves μ: [b, h_kv, rows_q], one b for a packed batch (whose rows_q, the total,
     // exceeds n_q, the longest; launches check the μ view against the rows anyway).
-    const bool read = s.d == 128 && s.group == 16 && s.chunk <= 64 && s.n_k <= kBiasListMaxKeys;
+    const bool read = bias_lists_read(s.d, s.group, s.chunk, s.n_k);
     return read ? (s.rows_q == s.n_q ? s.batch : 1) * s.h_kv * s.rows_q : 0;
   }
   size_t attend_scratch_bytes(const ProblemShape& s) const override {

@@ -306,9 +306,9 @@ Row bench_prefill(Backend& be, const Options& o, int64_t n, cudaStream_t st) {
   rp.routing.active_chunks = view(active.p, DType::kI32, {1, h_kv, n});
   row.s0 = time_ms(st, o.reps, [&](cudaStream_t s) { sp.stream = s; summarize(be, sp); });
   emit("prefill", n, "stage0", row.s0);
-  // Stage 1 as forward() runs it: with the bias lists for Stage 2 (their rows indexed like μ, [h_kv, n]) up to the
-  // length for which forward() carves them (cuda_backend.cu).
-  const bool use_lists = o.bias_lists && n <= cuda::kBiasListMaxKeys;
+  // Stage 1 as forward() runs it: with the bias lists for Stage 2 (their rows indexed like μ, [h_kv, n]) for the
+  // shapes for which forward() carves them.
+  const bool use_lists = o.bias_lists && cuda::bias_lists_read(d, h_q / h_kv, C, n);
   Buf lists_buf(use_lists ? cuda::bias_lists_bytes(h_kv * n) : 0);
   const cuda::BiasLists lists = use_lists ? cuda::carve_bias_lists(lists_buf.p, h_kv * n) : cuda::BiasLists{};
   const RouteParams rp_norm = normalize_route(rp);

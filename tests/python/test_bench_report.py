@@ -82,4 +82,3 @@ def test_failed_timings_are_reported_with_their_error():
     assert "- flex_attention unavailable: no module" in lines
     assert not any("sdpa_cudnn" in line for line in lines)
     assert report.error_lines([rows[2]]) == []
-
