@@ -99,18 +99,20 @@ struct AttendConfig {
   // The producer's per-stage tables, or (consumer bias) each warp's τ/μ of its rows (32 floats) and the bias of
   // its rows for the current tile (64 floats).
   static constexpr size_t kBiasFloats = size_t(kStages) * kRows * 4 + kBiasScratch;
-  static constexpr size_t kBiasBytes =
-      (kBiasFloats > size_t(96) * kWarps ? kBiasFloats : size_t(96) * kWarps) * sizeof(float);
   // Stage 1's bias lists (bias_lists.cuh) staged for the wide one-item tilings at g = 16 (a consumer warp's 16 rows
   // are one token, whose list the warp copies at entry), in the bias area after the rows' parked τ / μ and
-  // per-tile biases ([kWarps][32] floats, [kWarps][64] floats), which the table path leaves unused.
-  // Each warp's count follows the entries ([kWarps] int32).
+  // per-tile biases ([kWarps][32] floats, [kWarps][64] floats), which the table path leaves unused (the list
+  // instance's area would grow if they did not fit). Each warp's count follows the entries ([kWarps] int32).
   static constexpr size_t kListStageOffset = size_t(96) * kWarps * sizeof(float);
-  static constexpr size_t kListCountOffset = kListStageOffset + size_t(kWarps) * kBiasListCap * 8;
+  static constexpr size_t kListCountOffset = kListStageOffset + size_t(kWarps) * kBiasListStaged * 8;
   static constexpr bool kListsStaged = kBiasLists_;
-  static_assert(!kBiasLists_ || (kConsumerBias_ && !kTileSplit_ && !kPersistent_ &&
-                                 kListCountOffset + size_t(kWarps) * 4 <= kBiasBytes),
-                "bias lists: the one-item consumer-bias tilings, staged in the bias area");
+  static_assert(!kBiasLists_ || (kConsumerBias_ && !kTileSplit_ && !kPersistent_),
+                "bias lists: the one-item consumer-bias tilings");
+  static constexpr size_t kBiasAreaBytes =
+      (kBiasFloats > size_t(96) * kWarps ? kBiasFloats : size_t(96) * kWarps) * sizeof(float);
+  static constexpr size_t kListAreaBytes = (kListCountOffset + size_t(kWarps) * 4 + 15) / 16 * 16;
+  static constexpr size_t kBiasBytes =
+      kBiasLists_ && kListAreaBytes > kBiasAreaBytes ? kListAreaBytes : kBiasAreaBytes;
   // Summaries k̄ of the chunks of each stage's tile (at most 4: C >= 16) for the consumers' bias MMA, rows padded
   // by 16 bytes so that the 4 rows an ldmatrix reads fall in distinct banks.
   static constexpr int kKbarRowElems = kHeadDim + 8;

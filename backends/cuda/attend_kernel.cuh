@@ -186,7 +186,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   float2 early_tau_mu[2] = {make_float2(0.0f, 0.0f), make_float2(0.0f, 0.0f)};
   // Stage 1's bias lists (bias_lists.cuh): each consumer warp copies its token's list at entry, so that the table
   // needs no x = Q k̄^T (attend_table.cuh).
-  const bool lists_try = TokenListStage<Cfg>::applies(a, g, item.union_words) && item.any_rows;
+  const bool lists_try = TokenListStage<Cfg>::applies(a, g) && item.any_rows;
   const TokenListStage<Cfg> list_stage(sBias, warp);
   if constexpr (!kPersistent) {
     // (Consumer warps only: the producer warpgroup's later code runs under its smaller register budget.) The wide
@@ -236,8 +236,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       else
         item.count_union(sUnion, sCount, tid, Cfg::kThreads, lane, sUnionList);
       // (Q by tensor copy: only the consumer warps wait for it, at their start, so that the producer's first
-      // tiles and every role's plan do not wait for Q's round trip.)
-      if (!a.q_tma || lists_try) mma::cp_async_wait<0>();
+      // tiles and every role's plan do not wait for Q's round trip. The bias lists' copies likewise: each consumer
+      // warp waits for its own just before the table.)
+      if (!a.q_tma) mma::cp_async_wait<0>();
       if (tid == 0) item_clock.head_lap(7);
       if constexpr (Cfg::kWgmma) wgmma::fence_proxy_async();  // Q is read by the tensor cores
     }
@@ -409,13 +410,22 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       if (plan.use_table && k > 0) consumers_sync();
     }
     if (tid == 0) item_clock.lap(1);
+    // The warp's bias-list copies (issued at entry; only this warp reads them) have landed, whether the table takes
+    // them or not: no copy may be left in flight at the warp's exit.
+    if (lists_try) {
+      mma::cp_async_wait<0>();
+      __syncwarp();
+    }
     if (plan.use_table) {
       fill_bias_table<Cfg>(TableFill{a, item.sp, item.seq, item.kv_head, warp, lane, g, row_a, row_b, plan.n_pairs,
                                      plan.n_tokens_cta, per_tile, plan.cursor, sUnion, item.union_words,
                                      kPersistent ? nullptr : item.union_list(sUnionList), int(plan.tile_start),
                                      reinterpret_cast<unsigned char*>(sRing), sTable, plan.stage_kbar,
                                      kPersistent ? 0u : ring_free_bar, kPersistent ? pi.kbar_stage : nullptr,
-                                     lists_try, list_stage.entries, list_stage.count},
+                                     lists_try, list_stage.entries, list_stage.count,
+                                     lists_try && item.first_token + warp <= item.last_token
+                                         ? TokenListStage<Cfg>::row(a, item.sp, item.kv_head, item.first_token + warp)
+                                         : nullptr},
                            q_fragment, row_bias_of, consumers_sync);
     }
     if (tid == 0) {

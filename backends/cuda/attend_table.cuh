@@ -49,6 +49,7 @@ struct TableFill {
   bool lists_try = false;
   const int2* list_stage = nullptr;
   const int* list_count = nullptr;
+  const int2* list_row = nullptr;  // the token's whole list in device memory (entries past the staged ones)
 };
 
 // A consumer warp's copy of its token's bias list (bias_lists.cuh): entries and count in the bias area after the
@@ -59,21 +60,27 @@ struct TokenListStage {
   int* count;
   __device__ __forceinline__ TokenListStage(float* sBias, int warp)
       : entries(reinterpret_cast<int2*>(reinterpret_cast<unsigned char*>(sBias) + Cfg::kListStageOffset) +
-                warp * kBiasListCap),
+                warp * kBiasListStaged),
         count(reinterpret_cast<int*>(reinterpret_cast<unsigned char*>(sBias) + Cfg::kListCountOffset) + warp) {}
-  // Whether a CTA takes the lists (CTA-uniform): an instance that stages them, g = 16 (a warp's rows are one token),
-  // C <= 64 and a union of at most 32 words (64 K keys), which the table's rank lookup needs.
-  static __device__ __forceinline__ bool applies(const AttendArgs& a, int g, int union_words) {
-    return Cfg::kListsStaged && g == 16 && a.log2_chunk <= 6 && union_words <= kBiasListUnionWords;
+  // Whether a CTA takes the lists (CTA-uniform): an instance that stages them, g = 16 (a warp's rows are one token)
+  // and C <= 64 (whole chunks per 64-key tile).
+  static __device__ __forceinline__ bool applies(const AttendArgs& a, int g) {
+    return Cfg::kListsStaged && g == 16 && a.log2_chunk <= 6;
   }
-  // The list and count of `token` by cp.async (committed, not waited), so that no register holds them over the
-  // CTA's head: a lane copies two entries, lane 0 the count.
+  // The token's list in device memory.
+  static __device__ __forceinline__ const int2* row(const AttendArgs& a, const SequenceSpan& sp, int kv_head,
+                                                   int64_t token) {
+    return a.lists.entries + row_output_offset(a.mu, sp, kv_head, token) * kBiasListCap;
+  }
+  // The first kBiasListStaged entries and the count of `token` by cp.async (committed, not waited), so that no
+  // register holds them over the CTA's head: a lane copies two entries, lane 0 the count. The table reads any
+  // entries past them from device memory (a token with that many routed chunks has as many tiles to attend).
   __device__ __forceinline__ void copy(const AttendArgs& a, const SequenceSpan& sp, int kv_head, int64_t token,
                                        int lane) const {
-    static_assert(kBiasListCap == 64, "a lane copies two entries");
-    const int64_t row = row_output_offset(a.mu, sp, kv_head, token);
-    mma::cp_async_16(entries + 2 * lane, a.lists.entries + row * kBiasListCap + 2 * lane, 16);
-    if (lane == 0) mma::cp_async_4(count, a.lists.counts + row);
+    static_assert(kBiasListStaged == 64, "a lane copies two entries");
+    const int64_t r = row_output_offset(a.mu, sp, kv_head, token);
+    mma::cp_async_16(entries + 2 * lane, a.lists.entries + r * kBiasListCap + 2 * lane, 16);
+    if (lane == 0) mma::cp_async_4(count, a.lists.counts + r);
     mma::cp_async_commit();
   }
 };
@@ -92,31 +99,70 @@ __device__ __forceinline__ bool consumers_all(bool pred) {
 }
 
 // The table from Stage 1's lists (bias_lists.cuh) instead of x = Q k̄^T: the warp's token (g = 16) zeroes its
-// column, then each listed chunk's entry goes to its pair, the rank of its tile in the union (a union of at most
-// 32 words: a lane's word count scanned over the warp) times the chunks per tile plus its chunk of the tile. The
-// entries are the bias of log w as Stage 1 computed it for the mask bit and μ.
+// column, then each listed chunk's entry goes to its pair, the rank of its tile in the union times the chunks per
+// tile plus its chunk of the tile. The rank is the union's tiles in the words before the tile's (the words' counts
+// scanned over the warp, 32 words a round, each lane's entries taking their word's base from the round that holds
+// it) plus those below it in its own word. The entries are the bias of log w as Stage 1 computed it for the mask
+// bit and μ.
 __device__ __forceinline__ void fill_table_from_list(const AttendArgs& a, const uint32_t* sUnion, int union_words,
                                                      int64_t tile_start, int n_pairs, int n_tokens_cta, int slot,
-                                                     bool valid, const int2* entries, int count, float mu,
-                                                     float* sTable, int lane) {
+                                                     bool valid, const int2* entries, const int2* list_row,
+                                                     int count, float mu, float* sTable, int lane) {
   // A padding token has no column (its slot may pass the CTA's tokens, into another warp's entries).
   if (!valid) return;  // warp-uniform: the warp's rows are one token
   for (int p = lane; p < n_pairs; p += 32) sTable[p * n_tokens_cta + slot] = 0.0f;
-  const uint32_t my_word = lane < union_words ? sUnion[lane] : 0u;
-  const int word_base = warp_inclusive_sum(__popc(my_word), lane) - __popc(my_word);
-  __syncwarp();
   static_assert(kTileKeys == 64, "tiles of 64 keys");
   const int log2_per_tile = 6 - a.log2_chunk;  // C <= 64
   const int per_tile = 1 << log2_per_tile;
-  for (int k0 = 0; k0 < count; k0 += 32) {
-    const int k = k0 + lane;
-    const int2 e = k < count ? entries[k] : make_int2(0, 0);
-    const int tile = e.x >> log2_per_tile;
-    const int word = (tile >> 5) & 31;
-    const int rank = __shfl_sync(0xffffffffu, word_base, word) + __popc(sUnion[word] & ((1u << (tile & 31)) - 1u));
-    const int p = int(rank - tile_start) * per_tile + (e.x & (per_tile - 1));
-    if (k < count && p >= 0 && p < n_pairs)
-      sTable[p * n_tokens_cta + slot] = prior_bias_log2(a, __int_as_float(e.y), mu);
+  if (union_words <= 32 && count <= kBiasListStaged) {  // warp-uniform: one scan, staged entries only
+    const uint32_t my_word = lane < union_words ? sUnion[lane] : 0u;
+    const int word_base = warp_inclusive_sum(__popc(my_word), lane) - __popc(my_word);
+    __syncwarp();  // the column's zeros before the entries
+    for (int k0 = 0; k0 < count; k0 += 32) {
+      const int k = k0 + lane;
+      const int2 e = k < count ? entries[k] : make_int2(0, 0);
+      const int tile = e.x >> log2_per_tile;
+      const int word = (tile >> 5) & 31;
+      const int rank = __shfl_sync(0xffffffffu, word_base, word) + __popc(sUnion[word] & ((1u << (tile & 31)) - 1u));
+      const int p = int(rank - tile_start) * per_tile + (e.x & (per_tile - 1));
+      if (k < count && p >= 0 && p < n_pairs)
+        sTable[p * n_tokens_cta + slot] = prior_bias_log2(a, __int_as_float(e.y), mu);
+    }
+    return;
+  }
+  constexpr int kRounds = kBiasListCap / 32;  // entries per lane
+  // Entry k: staged in shared memory, or past the staged ones in device memory (their loads in flight over the scan).
+  auto entry = [&](int j, int k) { return 32 * j < kBiasListStaged ? entries[k] : list_row[k]; };
+  int chunk[kRounds], word[kRounds], base[kRounds];
+#pragma unroll
+  for (int j = 0; j < kRounds; ++j) {
+    const int k = 32 * j + lane;
+    chunk[j] = k < count ? entry(j, k).x : 0;
+    word[j] = (chunk[j] >> log2_per_tile) >> 5;
+    base[j] = 0;
+  }
+  int carry = 0;  // the union's tiles in the rounds' words so far
+  for (int w0 = 0; w0 < union_words; w0 += 32) {
+    const int pc = w0 + lane < union_words ? __popc(sUnion[w0 + lane]) : 0;
+    const int incl = warp_inclusive_sum(pc, lane);
+    const int before = carry + incl - pc;
+#pragma unroll
+    for (int j = 0; j < kRounds; ++j) {
+      if (32 * j >= count) break;  // warp-uniform
+      const int from = __shfl_sync(0xffffffffu, before, word[j] & 31);
+      if ((word[j] >> 5) == (w0 >> 5)) base[j] = from;
+    }
+    carry += __shfl_sync(0xffffffffu, incl, 31);
+  }
+  __syncwarp();  // the column's zeros before the entries
+#pragma unroll
+  for (int j = 0; j < kRounds; ++j) {
+    const int k = 32 * j + lane;
+    if (k >= count || word[j] >= union_words) continue;
+    const int tile = chunk[j] >> log2_per_tile;
+    const int rank = base[j] + __popc(sUnion[word[j]] & ((1u << (tile & 31)) - 1u));
+    const int p = int(rank - tile_start) * per_tile + (chunk[j] & (per_tile - 1));
+    if (p >= 0 && p < n_pairs) sTable[p * n_tokens_cta + slot] = prior_bias_log2(a, __int_as_float(entry(j, k).y), mu);
   }
 }
 
@@ -295,7 +341,7 @@ __device__ __forceinline__ void fill_bias_table(const TableFill& f, QFragment&& 
     const int count = row_a.valid ? *f.list_count : 0;  // (g = 16: the warp's rows are one token)
     if (consumers_all<Cfg>(count >= 0 && count <= kBiasListCap)) {
       fill_table_from_list(a, sUnion, f.union_words, f.list_start, n_pairs, n_tokens_cta, row_a.token_slot,
-                           row_a.valid, f.list_stage, count, bias.row_tau_mu[0].y, sTable, lane);
+                           row_a.valid, f.list_stage, f.list_row, count, bias.row_tau_mu[0].y, sTable, lane);
       if (ring_free_bar != 0u) mma::mbar_arrive(ring_free_bar);
       __syncwarp();
       return;

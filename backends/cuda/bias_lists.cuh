@@ -25,14 +25,18 @@
 
 namespace dashattn::cuda {
 
-// Entries per row: 32 K-token sequences at 93.75 % route at most ~32 chunks per token, 64 K at ~64, so the
-// sparse rows fit; denser rows fall back to the computed table. 520 bytes per row (67 MB at 64K, h_kv = 2).
-constexpr int kBiasListCap = 64;
+// Entries per row: a token routes about (1 − s) of the chunks before it, so at 93.75 % a 64 K-token sequence's last
+// tokens route ~64 chunks and a 128 K one's ~128, at 87.5 % a 64 K one's ~128; denser rows fall back to the
+// computed table. (A cap of 64 left the table to the later half of a 64 K sequence at 87.5 %.) 1028 bytes per
+// row: 135 MB at 64K with h_kv = 2.
+constexpr int kBiasListCap = 128;
+// Entries Stage 2 stages in shared memory at a CTA's entry: every list at 93.75 % up to 64 K keys fits, and a copy of
+// all 128 cost 32K / 93.75 % 1.5 % (perf-log.md, forty-second pass); a longer list's rest is read at the table.
+constexpr int kBiasListStaged = 64;
 constexpr int32_t kNoList = -1;
-// Stage 2 places a listed chunk in its bias table by the rank of its tile in the CTA's union, found with one lane
-// per union word: unions of at most 32 words of 64-key tiles, so sequences of at most 64 K keys.
-constexpr int kBiasListUnionWords = 32;
-constexpr int64_t kBiasListMaxKeys = int64_t(kBiasListUnionWords) * 32 * 64;
+// Sequences whose forward() carves lists (cuda_backend.cu): up to 128 K keys, 270 MB of lists at h_kv = 2. Past
+// that, the tokens route more than the cap at the sparsities the lists serve, and the lists' memory grows with n.
+constexpr int64_t kBiasListMaxKeys = int64_t(128) * 1024;
 
 // Whether Stage 2 reads lists for this shape, so that forward() carves them and Stage 1 writes them: the warpgroup
 // tilings' list instance (d = 128) at g = 16, C <= 64 and at most kBiasListMaxKeys keys; elsewhere they would cost
