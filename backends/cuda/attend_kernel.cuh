@@ -37,16 +37,8 @@
 // Items. A CTA's row block, its preparation and its plan (which path, which tiles, where the bias comes from) are
 // attend_item.cuh's; the persistent form's hand-over between roles is attend_persistent.cuh's.
 //
-// Persistent form (AttendConfig::kPersistent, d = 128 warpgroup tiling, opt-in through AttendPlan::persistent).
-// One CTA per SM takes row blocks ("items") in turn, from an item counter. The producer warpgroup's two otherwise
-// idle warps, the helpers, prepare item k + 1 in the second of two buffers while the consumers run item k: its
-// union and counts ("union ready": the producer and the record warp then stream on into its tiles, the ring's
-// stages and barrier parities running on across items), then, once the consumers hold item k's Q in registers,
-// its Q, tau / mu and the first round of the bias table's k̄ columns ("prepared"). The record warp writes records
-// for every item so that the full barriers count the same arrivals whichever path an item takes. Each item runs
-// the code of the one-item-per-CTA kernel, and the output is bitwise the same. Not the default: it lacks the
-// one-item kernel's newer head (Q by tensor copy, the union without atomics) and is 4-11 % slower on an H100
-// (perf-log.md, twelfth, twenty-fifth and thirty-fourth passes).
+// Persistent form (AttendConfig::kPersistent, d = 128 warpgroup tiling, opt-in through AttendPlan::persistent): one
+// CTA per SM takes row blocks ("items") in turn, each running this kernel's per-item code (attend_persistent.cuh).
 #pragma once
 
 #include <cuda.h>

@@ -1,10 +1,15 @@
 // The persistent Stage-2 kernel's hand-over between roles (AttendConfig::kPersistent; see attend_kernel.cuh).
 //
-// One CTA per SM takes items (attend_item.cuh) in turn. Item k of the CTA uses buffer b = k % 2 of the union,
-// counts, item index and tau / mu. The two helper warps prepare it: once its previous user (item k - 2) is done
-// with the buffer, the union and counts ("union ready": the producer and the record warp start on it); once the
-// consumers hold item k - 1's Q in registers and are done with the staging area, tau / mu, Q and the bias table's
-// first round of k̄ columns ("prepared").
+// One CTA per SM takes items (attend_item.cuh) in turn, from an item counter. Item k of the CTA uses buffer
+// b = k % 2 of the union, counts, item index and tau / mu. The producer warpgroup's two otherwise idle warps, the
+// helpers, prepare it: once its previous user (item k - 2) is done with the buffer, the union and counts ("union
+// ready": the producer and the record warp start on it, the ring's stages and barrier parities running on across
+// items); once the consumers hold item k - 1's Q in registers and are done with the staging area, tau / mu, Q and
+// the bias table's first round of k̄ columns ("prepared"). The record warp writes records for every item so that
+// the full barriers count the same arrivals whichever path an item takes. Each item runs the code of the
+// one-item-per-CTA kernel, and the output is bitwise the same. Not the default: it lacks the one-item kernel's newer
+// head (Q by tensor copy, the union without atomics) and is 4-11 % slower on an H100 (perf-log.md, twelfth,
+// twenty-fifth and thirty-fourth passes).
 #pragma once
 
 #include <cstdint>

@@ -70,7 +70,7 @@ struct TokenListStage {
   // The token's list in device memory.
   static __device__ __forceinline__ const int2* row(const AttendArgs& a, const SequenceSpan& sp, int kv_head,
                                                    int64_t token) {
-    return a.lists.entries + row_output_offset(a.mu, sp, kv_head, token) * kBiasListCap;
+    return a.lists.row(row_output_offset(a.mu, sp, kv_head, token));
   }
   // The first kBiasListStaged entries and the count of `token` by cp.async (committed, not waited), so that no
   // register holds them over the CTA's head: a lane copies two entries, lane 0 the count. The table reads any
@@ -79,7 +79,7 @@ struct TokenListStage {
                                        int lane) const {
     static_assert(kBiasListStaged == 64, "a lane copies two entries");
     const int64_t r = row_output_offset(a.mu, sp, kv_head, token);
-    mma::cp_async_16(entries + 2 * lane, a.lists.entries + r * kBiasListCap + 2 * lane, 16);
+    mma::cp_async_16(entries + 2 * lane, a.lists.row(r) + 2 * lane, 16);
     if (lane == 0) mma::cp_async_4(count, a.lists.counts + r);
     mma::cp_async_commit();
   }
@@ -114,6 +114,15 @@ __device__ __forceinline__ void fill_table_from_list(const AttendArgs& a, const 
   static_assert(kTileKeys == 64, "tiles of 64 keys");
   const int log2_per_tile = 6 - a.log2_chunk;  // C <= 64
   const int per_tile = 1 << log2_per_tile;
+  // The table pair of a listed chunk whose tile lies in union word `word`, after the `base` union tiles of the words
+  // before it (one of the CTA's pairs if in [0, n_pairs)), and an entry's bias stored at its pair.
+  auto pair_of = [&](int chunk, int word, int base) {
+    const int rank = base + __popc(sUnion[word] & ((1u << ((chunk >> log2_per_tile) & 31)) - 1u));
+    return int(rank - tile_start) * per_tile + (chunk & (per_tile - 1));
+  };
+  auto put = [&](int p, int log_w_bits) {
+    sTable[p * n_tokens_cta + slot] = prior_bias_log2(a, __int_as_float(log_w_bits), mu);
+  };
   if (union_words <= 32 && count <= kBiasListStaged) {  // warp-uniform: one scan, staged entries only
     const uint32_t my_word = lane < union_words ? sUnion[lane] : 0u;
     const int word_base = warp_inclusive_sum(__popc(my_word), lane) - __popc(my_word);
@@ -121,12 +130,9 @@ __device__ __forceinline__ void fill_table_from_list(const AttendArgs& a, const 
     for (int k0 = 0; k0 < count; k0 += 32) {
       const int k = k0 + lane;
       const int2 e = k < count ? entries[k] : make_int2(0, 0);
-      const int tile = e.x >> log2_per_tile;
-      const int word = (tile >> 5) & 31;
-      const int rank = __shfl_sync(0xffffffffu, word_base, word) + __popc(sUnion[word] & ((1u << (tile & 31)) - 1u));
-      const int p = int(rank - tile_start) * per_tile + (e.x & (per_tile - 1));
-      if (k < count && p >= 0 && p < n_pairs)
-        sTable[p * n_tokens_cta + slot] = prior_bias_log2(a, __int_as_float(e.y), mu);
+      const int word = ((e.x >> log2_per_tile) >> 5) & 31;
+      const int p = pair_of(e.x, word, __shfl_sync(0xffffffffu, word_base, word));
+      if (k < count && p >= 0 && p < n_pairs) put(p, e.y);
     }
     return;
   }
@@ -159,10 +165,8 @@ __device__ __forceinline__ void fill_table_from_list(const AttendArgs& a, const 
   for (int j = 0; j < kRounds; ++j) {
     const int k = 32 * j + lane;
     if (k >= count || word[j] >= union_words) continue;
-    const int tile = chunk[j] >> log2_per_tile;
-    const int rank = base[j] + __popc(sUnion[word[j]] & ((1u << (tile & 31)) - 1u));
-    const int p = int(rank - tile_start) * per_tile + (chunk[j] & (per_tile - 1));
-    if (p >= 0 && p < n_pairs) sTable[p * n_tokens_cta + slot] = prior_bias_log2(a, __int_as_float(entry(j, k).y), mu);
+    const int p = pair_of(chunk[j], word[j], base[j]);
+    if (p >= 0 && p < n_pairs) put(p, entry(j, k).y);
   }
 }
 

@@ -50,12 +50,15 @@ struct BiasLists {
   int32_t* counts = nullptr;  // [rows]
   int64_t rows = 0;           // rows the buffers hold (null buffers: no lists)
   __host__ __device__ __forceinline__ bool on() const { return counts != nullptr; }
+  // The entries of row r (the row of counts + r).
+  __host__ __device__ __forceinline__ int2* row(int64_t r) const { return entries + r * int64_t(kBiasListCap); }
 };
 
 // Bytes of the counts of `rows` rows, and of both arrays (each 256-byte aligned).
-inline size_t bias_list_counts_bytes(int64_t rows) { return (size_t(rows) * sizeof(int32_t) + 255) / 256 * 256; }
+inline size_t bias_list_aligned(size_t bytes) { return (bytes + 255) / 256 * 256; }
+inline size_t bias_list_counts_bytes(int64_t rows) { return bias_list_aligned(size_t(rows) * sizeof(int32_t)); }
 inline size_t bias_lists_bytes(int64_t rows) {
-  const size_t entries = (size_t(rows) * kBiasListCap * sizeof(int2) + 255) / 256 * 256;
+  const size_t entries = bias_list_aligned(size_t(rows) * kBiasListCap * sizeof(int2));
   return rows > 0 ? bias_list_counts_bytes(rows) + entries : 0;
 }
 

@@ -119,7 +119,7 @@ __device__ __forceinline__ int32_t* token_list_count_ptr(const RouteArgs& a, con
 }
 // The entries of the row whose count is at `count` (token_list_count_ptr).
 __device__ __forceinline__ int2* token_list_entries(const RouteArgs& a, const int32_t* count) {
-  return a.lists.entries + (count - a.lists.counts) * int64_t(kBiasListCap);
+  return a.lists.row(count - a.lists.counts);
 }
 
 // One lane's share of Σ log w and the routed count: a routed chunk's log (not NaN) is added, in the caller's order.
