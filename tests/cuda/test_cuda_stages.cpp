@@ -238,6 +238,14 @@ TEST_CASE("cuda small grid: decode routing by the wide kernel") {
               {}};
     wide.method.chunk_size = 16;
     check_case(wide);
+    // Three rows (g = 3) and queries of small spread: many chunks lie within 1 of each row's maximum, so the warp
+    // solve walks lists of several 32-entry blocks and the emit sums wide unions.
+    Case odd{"wide b=36, n_q=1, n_k=4096, C=16, d=128, g=3, flat", spec(36, 1, 4096, 6, 2, 128, DType::kBF16, 0.5, 51),
+             {}};
+    odd.method.chunk_size = 16;
+    odd.dense_candidates = true;
+    odd.wide_union = 96;  // some head's list runs past one 32-entry block
+    check_case(odd);
   }
   if (compiled(64)) {
     // Two tokens of four heads (rows 8), a partial last chunk, f16.
