@@ -544,6 +544,10 @@ std::vector<Case> conformance_cases() {
   { Case c = base; c.name = "decode n_q1 b3 auto split"; c.n_q = {1, 1, 1}; c.n_k = {5000, 4000, 64}; add(c); }
   { Case c = base; c.name = "decode n_q1 b3 split 7"; c.n_q = {1, 1, 1}; c.n_k = {5000, 4000, 64}; c.splits = 7; c.lengths = true; add(c); }
   { Case c = base; c.name = "decode n_q3 g16 split 4"; c.n_q = {3, 3}; c.n_k = {2000, 999}; c.splits = 4; add(c); }
+  // One token per CTA over a union of more than 32 words (140K keys) beside a short sequence in one launch, and at
+  // C = 16 (four chunks per tile) with a partial last tile and a sequence shorter than its splits.
+  { Case c = base; c.name = "decode n_q1 union of 69 words split 5"; c.n_q = {1, 1}; c.n_k = {140000, 3000}; c.splits = 5; add(c); }
+  { Case c = base; c.name = "decode n_q1 C16 split 3"; c.chunk = 16; c.n_q = {1, 1, 1}; c.n_k = {4100, 70, 2049}; c.splits = 3; add(c); }
   { Case c = base; c.name = "padded lengths"; c.h_q = 8; c.h_kv = 2; c.n_q = {100, 37, 64}; c.n_k = {100, 80, 200}; c.lengths = true; add(c); }
   { Case c = base; c.name = "varlen"; c.h_q = 8; c.h_kv = 2; c.n_q = {50, 130, 1}; c.n_k = {50, 130, 700}; c.varlen = true; add(c); }
   { Case c = base; c.name = "varlen decode split"; c.n_q = {1, 2, 1}; c.n_k = {900, 3000, 65}; c.varlen = true; c.splits = 5; add(c); }
