@@ -26,6 +26,12 @@ constexpr int kMaxGroup = 128;  // Stage 1 keeps all query heads of one KV head 
 
 bool chunk_supported(int c) { return c == 16 || c == 32 || c == 64 || c == 128; }
 
+// Compiled like every kernel of the backend (the same targets), so that asking for its attributes tells whether this
+// build holds code the current device can run: machine code runs only on its own major architecture (sm_80 code on
+// sm_86 / sm_89, not on sm_90 or sm_100), and the default build carries no PTX. Without the check probe() called such
+// a device available and the first launch failed with "no kernel image is available".
+__global__ void image_probe_kernel() {}
+
 // Makes `index` the current device for the scope and restores the previous one afterwards.
 class DeviceGuard {
  public:
@@ -132,8 +138,18 @@ class CudaBackend final : public Backend {
                  std::to_string(prop.major) + "." + std::to_string(prop.minor) + ", the CUDA backend needs 8.0+";
       return p;
     }
+    const std::string sm = "sm_" + std::to_string(prop.major) + std::to_string(prop.minor);
+    cudaFuncAttributes image{};
+    const cudaError_t image_err = cudaFuncGetAttributes(&image, image_probe_kernel);
+    if (image_err != cudaSuccess) {
+      cudaGetLastError();
+      p.reason = std::string("no supported CUDA device: ") + prop.name + " (" + sm +
+                 ") has no code in this build, which was compiled for " DASHATTN_CUDA_ARCH_LIST " (" +
+                 cudaGetErrorString(image_err) + "); rebuild with -DDASHATTN_CUDA_ARCHITECTURES naming its architecture";
+      return p;
+    }
     p.available = true;
-    p.reason = std::string(prop.name) + " (sm_" + std::to_string(prop.major) + std::to_string(prop.minor) + ", " +
+    p.reason = std::string(prop.name) + " (" + sm + ", " +
                std::to_string(prop.multiProcessorCount) + " SMs, " +
                std::to_string(prop.totalGlobalMem >> 20) + " MiB), " + std::to_string(count) + " device(s)";
     return p;
