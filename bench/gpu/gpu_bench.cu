@@ -72,6 +72,9 @@ struct Options {
   int64_t page_size = 0;
   // --even-draws: random masks with the same count in every row (random_mask's `even`), not the protocol's draws.
   bool even_draws = false;
+  // --decode-lengths: the decode rows pass per-sequence lengths (seqlens_q / seqlens_k in device memory), as an
+  // engine's padded batch does, instead of a batch of equal lengths without them.
+  bool decode_lengths = false;
 };
 
 // Device buffer with a view, freed at scope exit.
@@ -117,6 +120,7 @@ AttendParams attend_params(const RouteParams& rp, const SummarizeParams& sp, con
   ap.routing = rp.routing;
   ap.o = dp.o;
   ap.method = m;
+  ap.batch = rp.batch;  // --decode-lengths: the per-sequence lengths (default: none)
   return ap;
 }
 
@@ -433,6 +437,18 @@ Row bench_decode(Backend& be, const Options& o, int64_t n, cudaStream_t st) {
   dp.k = sp.k;
   dp.v = bnhd_view(o, v.p, DType::kBF16, b, n, h_kv, d);
   dp.o = bnhd_view(o, out.p, DType::kBF16, b, 1, h_q, d);
+  // --decode-lengths: the batch as an engine passes it, with each sequence's lengths (one query, n keys) in device
+  // memory, which every kernel then reads in its head.
+  Buf lens_q(size_t(b) * 4), lens_k(size_t(b) * 4);
+  if (o.decode_lengths) {
+    const std::vector<int32_t> hq(static_cast<size_t>(b), 1), hk(static_cast<size_t>(b), int32_t(n));
+    CK(cudaMemcpy(lens_q.p, hq.data(), lens_q.bytes, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(lens_k.p, hk.data(), lens_k.bytes, cudaMemcpyHostToDevice));
+    for (BatchLayout* bl : {&sp.batch, &rp.batch, &dp.batch}) {
+      bl->seqlens_q = static_cast<const int32_t*>(lens_q.p);
+      bl->seqlens_k = static_cast<const int32_t*>(lens_k.p);
+    }
+  }
   const AttendParams ap = attend_params(rp, sp, dp, m);
   const ProblemShape shape = attend_shape(ap);
   size_t ws_bytes = std::max(cuda::attend_workspace_bytes(shape, false), cuda::attend_workspace_bytes(shape, true));
@@ -701,6 +717,8 @@ int main(int argc, char** argv) {
                      (long long)o.page_size);
         return 2;
       }
+    } else if (a == "--decode-lengths") {
+      o.decode_lengths = true;
     } else if (a == "--even-draws") {
       o.even_draws = true;
     } else if (a == "--decode-only") {
@@ -713,7 +731,7 @@ int main(int argc, char** argv) {
       }
     } else {
       std::fprintf(stderr, "usage: %s [--sizes 16384,32768,65536] [--sparsities 0.75,0.875,0.9375] [--reps 30] "
-                   "[--prior estimate_diagonal|raw|none] [--prefill-only|--decode-only] [--decode-batch 24] [--decode-splits 5,8,11] [--step-variants] [--warm-l2] [--no-bias-lists] [--layout bnhd|bhnd] [--paged 256] [--even-draws]\n",
+                   "[--prior estimate_diagonal|raw|none] [--prefill-only|--decode-only] [--decode-batch 24] [--decode-splits 5,8,11] [--step-variants] [--warm-l2] [--no-bias-lists] [--layout bnhd|bhnd] [--paged 256] [--even-draws] [--decode-lengths]\n",
                    argv[0]);
       return 2;
     }

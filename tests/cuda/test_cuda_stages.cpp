@@ -246,6 +246,20 @@ TEST_CASE("cuda small grid: decode routing by the wide kernel") {
     odd.dense_candidates = true;
     odd.wide_union = 96;  // some head's list runs past one 32-entry block
     check_case(odd);
+    // Per-sequence lengths in device memory, as a ragged decode step passes them: padded and packed. Each fits the
+    // launch's sizing, so the wide kernel routes every pair in its one launch (no multi-pass launch follows).
+    Case padded{"wide padded b=36, n_q=1, seqlens_k 8192 down to 4797, C=64, d=128, g=16",
+                spec(36, 1, 8192, 32, 2, 128, DType::kBF16, 8.0, 53), {}};
+    Case packed{"wide packed 36 sequences, n_q=1, n_k 4100 up to 6235, C=64, d=128, g=16",
+                spec(1, 0, 0, 32, 2, 128, DType::kBF16, 8.0, 55), {}};
+    for (int i = 0; i < 36; ++i) {
+      padded.spec.seqlens_q.push_back(1);
+      padded.spec.seqlens_k.push_back(8192 - 97 * i);
+      packed.spec.varlen_q.push_back(1);
+      packed.spec.varlen_k.push_back(4100 + 61 * i);
+    }
+    check_case(padded);
+    check_case(packed);
   }
   if (compiled(64)) {
     // Two tokens of four heads (rows 8), a partial last chunk, f16.
