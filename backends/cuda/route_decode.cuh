@@ -158,7 +158,8 @@ __device__ __forceinline__ double warp_entmax_threshold(const float* x, int n, d
 
 // The rows one decode routing CTA (or cluster) owns: the (sequence, KV head) pair of the block (blockIdx.z,
 // blockIdx.y), its tokens and query rows, and its last routable chunk. `fits` is false when the launch was sized for
-// fewer tokens, rows or chunks than the sequence has (then the pair goes to the multi-pass kernel). Thread 0 also
+// fewer tokens, rows or chunks than the sequence has, which only lengths breaking the batch contract can cause
+// (launch_wide_route): the kernel then marks the pair (hand_over_pair) and touches nothing else. Thread 0 also
 // stamps the kernel's entry (profiling build).
 struct DecodePair {
   SequenceSpan sp;
@@ -191,7 +192,8 @@ __device__ __forceinline__ DecodePair decode_pair(const RouteArgs& a, int tokens
   return p;
 }
 
-// Marks the pair (KV head r) for the multi-pass kernel: the τ of its first row carries kHandOverTauBits.
+// Marks the pair (KV head r) as not routed here: the τ of its first row carries kHandOverTauBits, which the multi-pass
+// kernel's flagged-only launch looks for (launched after the cluster kernel where its candidates can overflow).
 __device__ __forceinline__ void hand_over_pair(const RouteArgs& a, const SequenceSpan& sp, int r) {
   *row_tau_ptr(a, sp, r, a.group, 0, 0) = __uint_as_float(kHandOverTauBits);
 }

@@ -75,9 +75,15 @@ inline DecodeRouteChoice decode_route_choice() {
 }
 
 // Decode routing by the wide kernel (route_wide.cuh): returns false (nothing launched) when the shape does not
-// qualify or the cluster kernel is the better choice. *may_hand_over as for launch_cluster_route.
+// qualify or the cluster kernel is the better choice. It routes every (sequence, KV head) itself: every row's
+// candidates fit its list (per_cap entries), and no sequence is longer than the launch is sized for, since
+// per-sequence lengths are at most the padded lengths (or a packed batch's max_seqlen_q / max_seqlen_k), which
+// Stage 2's shared memory relies on as well. Lengths that broke that contract could only come in device memory,
+// past validation; the kernel then marks the pair (decode_pair's `fits`) and leaves it, writing nothing past its
+// shared memory. So no multi-pass launch follows, with or without lengths: with per-sequence lengths, as a ragged
+// decode step passes them, that empty check launch had cost 2.1-2.4 µs of Stage 1 at b = 24 (forty-fifth pass).
 template <int kHeadDim, typename T>
-bool launch_wide_route(const RouteArgs& a, const ProblemShape& s, cudaStream_t stream, bool* may_hand_over) {
+bool launch_wide_route(const RouteArgs& a, const ProblemShape& s, cudaStream_t stream) {
   if constexpr (kHeadDim > 128 || kHeadDim % 64 != 0) {
     return false;
   } else {
@@ -109,13 +115,6 @@ bool launch_wide_route(const RouteArgs& a, const ProblemShape& s, cudaStream_t s
     const dim3 grid(1u, static_cast<unsigned>(s.h_kv), static_cast<unsigned>(s.batch));
     kernel<<<grid, kWideThreads, smem, stream>>>(a, wa, tmap);
     DASHATTN_CUDA_CHECK_LAUNCH();
-    // Every row's candidates fit its list (per_cap entries), so only a sequence longer than the launch sized for
-    // would hand over, and the batch contract rules that out: per-sequence lengths are at most the padded lengths
-    // (or max_seqlen_q / max_seqlen_k of a packed batch), which Stage 2's shared memory relies on as well. Lengths
-    // that broke it could only come in device memory, past validation; the kernel then marks the pair and leaves
-    // it (no write past its shared memory). So no multi-pass launch follows: with per-sequence lengths, as a ragged
-    // decode step passes them, that empty launch had cost 2.1-2.4 µs of Stage 1 at b = 24 (forty-fifth pass).
-    *may_hand_over = false;
     return true;
   }
 }
@@ -205,11 +204,9 @@ void route_instance(const RouteParams& p, const ProblemShape& s, cudaStream_t st
   const bool q_vec16 =
       q_addr % 16 == 0 && p.q.stride[0] % 8 == 0 && p.q.stride[1] % 8 == 0 && p.q.stride[2] % 8 == 0;
   bool may_hand_over = true;
-  if (a.summaries_vec16 && q_vec16 &&
-      (launch_wide_route<kHeadDim, T>(a, s, stream, &may_hand_over) ||
-       launch_cluster_route<kHeadDim, T>(a, s, stream, &may_hand_over))) {
-    // Decode: the wide or cluster kernel did every (sequence, KV head) except those it marked for the multi-pass
-    // kernel.
+  if (a.summaries_vec16 && q_vec16 && launch_wide_route<kHeadDim, T>(a, s, stream)) return;  // decode, every pair
+  if (a.summaries_vec16 && q_vec16 && launch_cluster_route<kHeadDim, T>(a, s, stream, &may_hand_over)) {
+    // Decode: the cluster kernel did every (sequence, KV head) except those it marked for the multi-pass kernel.
     if (!may_hand_over) return;
     a.only_flagged = true;
   } else if (a.summaries_vec16 && q_vec16 && a.x_scale > 0.0f) {

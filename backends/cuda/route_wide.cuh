@@ -129,7 +129,7 @@ __global__ void __launch_bounds__(kWideThreads, 1)
   const SequenceSpan sp = pair.sp;
   const int g = a.group, r = pair.r;
   const int64_t seq = pair.seq;
-  if (!pair.fits) {  // launch sized for shorter sequences or fewer rows: the multi-pass kernel
+  if (!pair.fits) {  // lengths past the launch's sizing (decode_pair): marked, left unrouted
     if (tid == 0) hand_over_pair(a, sp, r);
     return;
   }

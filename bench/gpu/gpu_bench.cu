@@ -26,6 +26,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -205,6 +206,7 @@ std::vector<uint32_t> random_mask(int64_t b, int64_t h_kv, int64_t rows, int64_t
   const uint64_t keep_below = static_cast<uint64_t>((1.0 - s) * 18446744073709551615.0);
   double kept = 0, routable = 0;
   std::vector<uint32_t> shared;
+  std::vector<int64_t> order;  // even draws: the row's chunks, partly shuffled
   for (int64_t bi = 0; bi < b; ++bi)
     for (int64_t r = 0; r < h_kv; ++r) {
       int64_t last_qc = -1;
@@ -217,8 +219,8 @@ std::vector<uint32_t> random_mask(int64_t b, int64_t h_kv, int64_t rows, int64_t
           if (even) {
             // Partial Fisher-Yates over the routable chunks: the first `keep` of a shuffled order.
             const int64_t keep = std::llround((1.0 - s) * static_cast<double>(diag));
-            std::vector<int64_t> order(static_cast<size_t>(diag));
-            for (int64_t c = 0; c < diag; ++c) order[static_cast<size_t>(c)] = c;
+            order.resize(static_cast<size_t>(diag));
+            std::iota(order.begin(), order.end(), int64_t(0));
             for (int64_t k = 0; k < keep; ++k) {
               const int64_t j = k + static_cast<int64_t>(rng() % static_cast<uint64_t>(diag - k));
               std::swap(order[static_cast<size_t>(k)], order[static_cast<size_t>(j)]);
@@ -439,14 +441,15 @@ Row bench_decode(Backend& be, const Options& o, int64_t n, cudaStream_t st) {
   dp.o = bnhd_view(o, out.p, DType::kBF16, b, 1, h_q, d);
   // --decode-lengths: the batch as an engine passes it, with each sequence's lengths (one query, n keys) in device
   // memory, which every kernel then reads in its head.
-  Buf lens_q(size_t(b) * 4), lens_k(size_t(b) * 4);
+  std::unique_ptr<Buf> lens;  // [seqlens_q | seqlens_k]
   if (o.decode_lengths) {
-    const std::vector<int32_t> hq(static_cast<size_t>(b), 1), hk(static_cast<size_t>(b), int32_t(n));
-    CK(cudaMemcpy(lens_q.p, hq.data(), lens_q.bytes, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(lens_k.p, hk.data(), lens_k.bytes, cudaMemcpyHostToDevice));
+    lens = std::make_unique<Buf>(size_t(2 * b) * 4);
+    std::vector<int32_t> host(static_cast<size_t>(2 * b), int32_t(n));
+    std::fill(host.begin(), host.begin() + b, 1);
+    CK(cudaMemcpy(lens->p, host.data(), lens->bytes, cudaMemcpyHostToDevice));
     for (BatchLayout* bl : {&sp.batch, &rp.batch, &dp.batch}) {
-      bl->seqlens_q = static_cast<const int32_t*>(lens_q.p);
-      bl->seqlens_k = static_cast<const int32_t*>(lens_k.p);
+      bl->seqlens_q = static_cast<const int32_t*>(lens->p);
+      bl->seqlens_k = static_cast<const int32_t*>(lens->p) + b;
     }
   }
   const AttendParams ap = attend_params(rp, sp, dp, m);
