@@ -127,6 +127,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   if (tid == 0) phase_mark(PhaseKernel::kAttend, 0);
   ItemClock item_clock;  // profiling build only (phase_clocks.cuh)
   if (tid == 0) item_clock.start();
+  WarpClock warp_clock;  // profiling build only
+  warp_clock.start();
 
   constexpr bool kRecordWarp = Cfg::kWgmma;  // (then kMetaBytes > 0)
   // The barriers' initialisation and Q's tensor copies: the producer warp's lane 0 in the wide one-item tilings,
@@ -218,6 +220,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       else
         item.union_tokens(a, sUnion, sCount, warp, Cfg::kThreads / 32, lane, early_word, early);
       if (tid == 0) item_clock.head_lap(5);
+      warp_clock.mark(0, warp, lane);
       __syncthreads();
       if (tid == 0) {
         item_clock.head_lap(6);
@@ -240,8 +243,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     for (int i = tid; i < int(Cfg::kKbarBytes / 16); i += Cfg::kThreads)
       reinterpret_cast<uint4*>(sKbar)[i] = make_uint4(0u, 0u, 0u, 0u);
   }
+  warp_clock.mark(1, warp, lane);
   __syncthreads();  // union, count, Q (by cp.async) and the barrier initialisation are visible to every warp
   if constexpr (!kPersistent) {
+    warp_clock.mark(2, warp, lane);
     plan = plan_item(a, item, sUnion, split, per_tile, sCount[0], sCount[1], full_bar32, full_bar64);
     if (tid == 0) {
       phase_mark(PhaseKernel::kAttend, 2);

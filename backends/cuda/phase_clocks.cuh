@@ -189,6 +189,20 @@ constexpr int kHeadSegments = 9;
 static __device__ unsigned long long g_item_cycles[kItemSegments];
 static __device__ unsigned long long g_item_count;
 static __device__ unsigned long long g_head_cycles[kHeadSegments];
+// Each warp's own clock at the head's block barriers (WarpClock; lane 0 of warp w adds its cycles since its own
+// entry): 0 arriving at the staging barrier, 1 arriving at the plan's barrier, 2 leaving it, so that the report
+// shows which warp each barrier waits for (thread 0's laps show only warp 0's path).
+constexpr int kWarpMarks = 3;
+constexpr int kMaxClockWarps = 16;
+static __device__ unsigned long long g_warp_cycles[kWarpMarks][kMaxClockWarps];
+struct WarpClock {
+  long long t0 = 0;
+  __device__ __forceinline__ void start() { t0 = clock64(); }
+  __device__ __forceinline__ void mark(int k, int warp, int lane) {
+    if (lane == 0 && warp < kMaxClockWarps)
+      atomicAdd(&g_warp_cycles[k][warp], static_cast<unsigned long long>(clock64() - t0));
+  }
+};
 // The bias table's segments (fill_bias_table, staged columns; thread 0's view, summed over rounds): 0 the column
 // copies issued, 1 their wait and the consumers' barrier, 2 the entries computed and written.
 constexpr int kTableSegments = 3;
@@ -228,6 +242,16 @@ static __global__ void item_clock_report() {
          g_head_cycles[5] / n, g_head_cycles[6] / n, g_head_cycles[7] / n, g_head_cycles[8] / n);
   printf("table %.0f / %.0f / %.0f (issue / wait / compute)\n", g_table_cycles[0] / n, g_table_cycles[1] / n,
          g_table_cycles[2] / n);
+  static const char* const kMarkNames[kWarpMarks] = {"at the staging barrier", "at the plan's barrier",
+                                                      "past the plan's barrier"};
+  for (int k = 0; k < kWarpMarks; ++k) {
+    printf("warps %s:", kMarkNames[k]);
+    for (int w = 0; w < kMaxClockWarps; ++w) {
+      if (g_warp_cycles[k][w] != 0) printf(" %.0f", g_warp_cycles[k][w] / n);
+      g_warp_cycles[k][w] = 0;
+    }
+    printf("\n");
+  }
   for (int i = 0; i < kTableSegments; ++i) g_table_cycles[i] = 0;
   for (int i = 0; i < kItemSegments; ++i) g_item_cycles[i] = 0;
   for (int i = 0; i < kHeadSegments; ++i) g_head_cycles[i] = 0;
@@ -237,6 +261,10 @@ static __global__ void item_clock_report() {
 struct TableClock {
   __device__ __forceinline__ void start() {}
   __device__ __forceinline__ void lap(int) {}
+};
+struct WarpClock {
+  __device__ __forceinline__ void start() {}
+  __device__ __forceinline__ void mark(int, int, int) {}
 };
 struct ItemClock {
   __device__ __forceinline__ void start() {}
