@@ -9,7 +9,9 @@
 #include "attend_args.cuh"
 #include "attend_config.cuh"
 #include "attend_masks.cuh"
+#include "attend_wgmma.cuh"
 #include "mma_tiles.cuh"
+#include "phase_clocks.cuh"
 #include "warp_scan.cuh"
 
 namespace dashattn::cuda {
@@ -50,6 +52,9 @@ struct AttendItem {
   int r_off = 0;
   bool any_rows = false;
   int union_words = 0;
+  // The one-item tilings' head (not persistent, no tile split): the producer warp's lane 0 initialises the
+  // barriers, and the union is staged in the still empty ring (build_union).
+  static constexpr bool kWideHead = !Cfg::kPersistent && !Cfg::kTileSplit;
 
   // Row block m_block of (sequence, KV head) y = seq * h_kv + kv_head.
   __device__ __forceinline__ void begin(const AttendArgs& a, int64_t m_block, int y) {
@@ -57,7 +62,8 @@ struct AttendItem {
     row0 = m_block * Cfg::kRows;
     // With g and h_kv powers of two (every GQA layout in use), shifts and masks: the divisions, a 64-bit one among
     // them, were a chain of ~100 dependent instructions at the start of every warp's head (prefill Stage 2 0.3-1.2 %
-    // faster with the shifts on an H200; perf-log.md, forty-sixth pass).
+    // faster with the shifts on an H200; perf-log.md, forty-sixth pass). The two forms stay apart as measured: one
+    // form with selects compiles to different code.
     if (((g & (g - 1)) | (a.h_kv & (a.h_kv - 1))) == 0) {
       const int log2_g = __ffs(g) - 1;
       seq = y >> (__ffs(a.h_kv) - 1);
@@ -247,6 +253,48 @@ struct AttendItem {
     for (int w = t0; w < union_words; w += nt) local += __popc(words[w]);
     for (int off = 16; off > 0; off >>= 1) local += __shfl_xor_sync(0xffffffffu, local, off);
     if (lane == 0 && local) atomicAdd(&counts[0], local);
+  }
+
+  // The one-item kernel's union step, by every thread of the CTA (it holds block barriers): the tokens' tile words
+  // staged in the (still empty) ring where they fit, then merged without atomics, else ORed into the zeroed union;
+  // the union's words, counts and (at most 32 words) list in words / counts / list. With Q by cp.async (no tensor
+  // map) its copy is issued first and waited for at the end. early_word / early as in union_tokens; clock: the
+  // profiling build's head laps 2-7 and the warps' first barrier mark.
+  __device__ __forceinline__ void build_union(const AttendArgs& a, Element* sQ, uint32_t* ring, uint32_t* words,
+                                              int* counts, uint16_t* list, int tid, int warp, int lane,
+                                              uint32_t early_word, bool early, ItemClock& clock) const {
+    const bool staged = kWideHead && union_staged_fits(int(Cfg::kRingBytes / 4));
+    if (!a.q_tma) copy_q(a, sQ, tid, Cfg::kThreads);
+    if (tid == 0) clock.head_lap(2);
+    if (!staged) {
+      for (int w = tid; w < union_words; w += Cfg::kThreads) words[w] = 0u;
+      __syncthreads();  // (staged: the barrier after the words orders the initialisation too)
+    }
+    if (tid == 0) {
+      clock.head_lap(3);
+      clock.head_lap(4);
+    }
+    if (staged)
+      union_token_words(a, ring, warp, Cfg::kThreads / 32, lane, early_word, early);
+    else
+      union_tokens(a, words, counts, warp, Cfg::kThreads / 32, lane, early_word, early);
+    if (tid == 0) clock.head_lap(5);
+    clock.warp_mark(0, warp, lane);
+    __syncthreads();
+    if (tid == 0) {
+      clock.head_lap(6);
+      phase_mark(PhaseKernel::kAttend, 1);
+    }
+    if (staged)
+      merge_union(ring, words, counts, tid, Cfg::kThreads, lane, list);
+    else
+      count_union(words, counts, tid, Cfg::kThreads, lane, list);
+    // (Q by tensor copy: only the consumer warps wait for it, at their start, so that the producer's first tiles
+    // and every role's plan do not wait for Q's round trip. The bias lists' copies likewise: each consumer warp
+    // waits for its own just before the table.)
+    if (!a.q_tma) mma::cp_async_wait<0>();
+    if (tid == 0) clock.head_lap(7);
+    if constexpr (Cfg::kWgmma) wgmma::fence_proxy_async();  // Q is read by the tensor cores
   }
 
   // The list count_union wrote (null where it wrote none).

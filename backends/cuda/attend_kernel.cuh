@@ -126,16 +126,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   if constexpr (!kPersistent) item.begin(a, int64_t(gridDim.x) - 1 - blockIdx.x, blockIdx.y);
   if (tid == 0) phase_mark(PhaseKernel::kAttend, 0);
   ItemClock item_clock;  // profiling build only (phase_clocks.cuh)
-  if (tid == 0) item_clock.start();
-  WarpClock warp_clock;  // profiling build only
-  warp_clock.start();
+  item_clock.start();
 
   constexpr bool kRecordWarp = Cfg::kWgmma;  // (then kMetaBytes > 0)
   // The barriers' initialisation and Q's tensor copies: the producer warp's lane 0 in the wide one-item tilings,
   // whose producer warp has no token of its own in the union of a group of 16 (warp 0's token was the union's last
   // to finish while warp 0 did this first); thread 0 in the persistent and decode tilings (decode Stage 2 took
   // ~1.3 us longer with the wide tilings' head: perf-log.md, thirty-third pass).
-  constexpr bool kWideHead = !kPersistent && !Cfg::kTileSplit;
+  constexpr bool kWideHead = AttendItem<Cfg>::kWideHead;
   const int init_tid = kWideHead ? Cfg::kWarps * 32 : 0;
   if (tid == init_tid) {
     for (int s = 0; s < kStages; ++s) {
@@ -201,41 +199,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     if (item.any_rows) {
       const uint32_t early_word =
           kWideHead ? early_word_wide : (early ? item.early_union_word(a, warp, lane) : 0u);
-      // The tokens' tile words staged in the (still empty) ring where they fit, then merged without atomics; else
-      // ORed into the zeroed union.
-      const bool staged = kWideHead && item.union_staged_fits(int(Cfg::kRingBytes / 4));
-      uint32_t* const union_stage = reinterpret_cast<uint32_t*>(sRing);
-      if (!a.q_tma) item.copy_q(a, sQ, tid, Cfg::kThreads);
-      if (tid == 0) item_clock.head_lap(2);
-      if (!staged) {
-        for (int w = tid; w < item.union_words; w += Cfg::kThreads) sUnion[w] = 0u;
-        __syncthreads();  // (staged: the barrier after the words orders the initialisation too)
-      }
-      if (tid == 0) {
-        item_clock.head_lap(3);
-        item_clock.head_lap(4);
-      }
-      if (staged)
-        item.union_token_words(a, union_stage, warp, Cfg::kThreads / 32, lane, early_word, early);
-      else
-        item.union_tokens(a, sUnion, sCount, warp, Cfg::kThreads / 32, lane, early_word, early);
-      if (tid == 0) item_clock.head_lap(5);
-      warp_clock.mark(0, warp, lane);
-      __syncthreads();
-      if (tid == 0) {
-        item_clock.head_lap(6);
-        phase_mark(PhaseKernel::kAttend, 1);
-      }
-      if (staged)
-        item.merge_union(union_stage, sUnion, sCount, tid, Cfg::kThreads, lane, sUnionList);
-      else
-        item.count_union(sUnion, sCount, tid, Cfg::kThreads, lane, sUnionList);
-      // (Q by tensor copy: only the consumer warps wait for it, at their start, so that the producer's first
-      // tiles and every role's plan do not wait for Q's round trip. The bias lists' copies likewise: each consumer
-      // warp waits for its own just before the table.)
-      if (!a.q_tma) mma::cp_async_wait<0>();
-      if (tid == 0) item_clock.head_lap(7);
-      if constexpr (Cfg::kWgmma) wgmma::fence_proxy_async();  // Q is read by the tensor cores
+      item.build_union(a, sQ, reinterpret_cast<uint32_t*>(sRing), sUnion, sCount, sUnionList, tid, warp, lane,
+                       early_word, early, item_clock);
     }
   }
   if (bias_in_consumers) {
@@ -243,10 +208,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     for (int i = tid; i < int(Cfg::kKbarBytes / 16); i += Cfg::kThreads)
       reinterpret_cast<uint4*>(sKbar)[i] = make_uint4(0u, 0u, 0u, 0u);
   }
-  warp_clock.mark(1, warp, lane);
+  item_clock.warp_mark(1, warp, lane);
   __syncthreads();  // union, count, Q (by cp.async) and the barrier initialisation are visible to every warp
   if constexpr (!kPersistent) {
-    warp_clock.mark(2, warp, lane);
+    item_clock.warp_mark(2, warp, lane);
     plan = plan_item(a, item, sUnion, split, per_tile, sCount[0], sCount[1], full_bar32, full_bar64);
     if (tid == 0) {
       phase_mark(PhaseKernel::kAttend, 2);

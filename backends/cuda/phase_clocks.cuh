@@ -189,20 +189,12 @@ constexpr int kHeadSegments = 9;
 static __device__ unsigned long long g_item_cycles[kItemSegments];
 static __device__ unsigned long long g_item_count;
 static __device__ unsigned long long g_head_cycles[kHeadSegments];
-// Each warp's own clock at the head's block barriers (WarpClock; lane 0 of warp w adds its cycles since its own
-// entry): 0 arriving at the staging barrier, 1 arriving at the plan's barrier, 2 leaving it, so that the report
-// shows which warp each barrier waits for (thread 0's laps show only warp 0's path).
+// Each warp's own clock at the head's block barriers (ItemClock::warp_mark: lane 0 of warp w adds its cycles since
+// its own entry): 0 arriving at the staging barrier, 1 arriving at the plan's barrier, 2 leaving it, so that the
+// report shows which warp each barrier waits for (thread 0's laps show only warp 0's path).
 constexpr int kWarpMarks = 3;
 constexpr int kMaxClockWarps = 16;
 static __device__ unsigned long long g_warp_cycles[kWarpMarks][kMaxClockWarps];
-struct WarpClock {
-  long long t0 = 0;
-  __device__ __forceinline__ void start() { t0 = clock64(); }
-  __device__ __forceinline__ void mark(int k, int warp, int lane) {
-    if (lane == 0 && warp < kMaxClockWarps)
-      atomicAdd(&g_warp_cycles[k][warp], static_cast<unsigned long long>(clock64() - t0));
-  }
-};
 // The bias table's segments (fill_bias_table, staged columns; thread 0's view, summed over rounds): 0 the column
 // copies issued, 1 their wait and the consumers' barrier, 2 the entries computed and written.
 constexpr int kTableSegments = 3;
@@ -216,9 +208,14 @@ struct TableClock {
     t = now;
   }
 };
+// Every thread starts it; thread 0 alone takes the laps.
 struct ItemClock {
-  long long t = 0, th = 0;
-  __device__ __forceinline__ void start() { t = th = clock64(); }
+  long long t = 0, th = 0, entry = 0;
+  __device__ __forceinline__ void start() { t = th = entry = clock64(); }
+  __device__ __forceinline__ void warp_mark(int k, int warp, int lane) {
+    if (lane == 0 && warp < kMaxClockWarps)
+      atomicAdd(&g_warp_cycles[k][warp], static_cast<unsigned long long>(clock64() - entry));
+  }
   __device__ __forceinline__ void lap(int seg) {
     const long long now = clock64();
     atomicAdd(&g_item_cycles[seg], static_cast<unsigned long long>(now - t));
@@ -262,12 +259,9 @@ struct TableClock {
   __device__ __forceinline__ void start() {}
   __device__ __forceinline__ void lap(int) {}
 };
-struct WarpClock {
-  __device__ __forceinline__ void start() {}
-  __device__ __forceinline__ void mark(int, int, int) {}
-};
 struct ItemClock {
   __device__ __forceinline__ void start() {}
+  __device__ __forceinline__ void warp_mark(int, int, int) {}
   __device__ __forceinline__ void lap(int) {}
   __device__ __forceinline__ void head_lap(int) {}
   __device__ __forceinline__ void item_done() {}
