@@ -191,6 +191,33 @@ struct AttendItem {
                                          : row_tile_word(rr, w, a.chunk, a.log2_chunk, a.mask_words, a.dense);
     }
   }
+  // merge_union's warp 0 with at most kFixedMergeTokens tokens (g >= 16 in the wide tilings): lane w reads word w
+  // of every token in one unrolled round of predicated loads, then counts and lists as merge_union does. The
+  // general loop's code is several times longer, and warp 0 runs it once per CTA, from cold instruction lines.
+  static constexpr int kFixedMergeTokens = 8;
+  __device__ __forceinline__ void merge_union_fixed(const uint32_t* stage, uint32_t* words, int* counts, int lane,
+                                                    uint16_t* list) const {
+    const int n = n_tokens();
+    const bool mine = lane < union_words;
+    uint32_t bits = 0u;
+    int summed = 0;
+#pragma unroll
+    for (int t = 0; t < kFixedMergeTokens; ++t) {
+      const uint32_t b = mine && t < n ? stage[t * union_words + lane] : 0u;
+      bits |= b;
+      if constexpr (Cfg::kWgmma) summed += __popc(b);
+    }
+    if (mine) words[lane] = bits;
+    const int count = __popc(bits);
+    const int incl = warp_inclusive_sum(count, lane);
+    if (lane == 31) counts[0] = incl;
+    int at = incl - count;
+    for (uint32_t b = bits; b != 0u; b &= b - 1u) list[at++] = uint16_t(lane * 32 + __ffs(b) - 1);
+    if constexpr (Cfg::kWgmma)
+      for (int off = 16; off > 0; off >>= 1) summed += __shfl_xor_sync(0xffffffffu, summed, off);
+    if (lane == 0) counts[1] = summed;
+  }
+
   // The union of union_token_words' staged words into words, its tile count into counts[0] and (warpgroup
   // tilings) the per-token counts summed into counts[1], by whole warps (threads t0, t0 + nt, ...); with `list`
   // and at most 32 words, warp 0 alone, which also writes the list as count_union does.
@@ -199,6 +226,10 @@ struct AttendItem {
     const int n = n_tokens();
     const bool one_warp = list != nullptr && union_words <= 32;
     if (one_warp && t0 >= 32) return;
+    if (one_warp && n <= kFixedMergeTokens) {
+      merge_union_fixed(stage, words, counts, lane, list);
+      return;
+    }
     int local = 0, summed = 0;
     for (int w = one_warp ? lane : t0; w < (one_warp ? 32 : union_words); w += one_warp ? 32 : nt) {
       uint32_t bits = 0u;
