@@ -193,7 +193,9 @@ struct AttendItem {
   }
   // merge_union's warp 0 with at most kFixedMergeTokens tokens (g >= 16 in the wide tilings): lane w reads word w
   // of every token in one unrolled round of predicated loads, then counts and lists as merge_union does. The
-  // general loop's code is several times longer, and warp 0 runs it once per CTA, from cold instruction lines.
+  // general loop's code is several times longer, and warp 0 runs it once per CTA, from cold instruction lines; the
+  // plan's barrier waits for this warp (chunk-draw prefill Stage 2 0.9-2 % faster on an H200; perf-log.md,
+  // forty-seventh pass).
   static constexpr int kFixedMergeTokens = 8;
   __device__ __forceinline__ void merge_union_fixed(const uint32_t* stage, uint32_t* words, int* counts, int lane,
                                                     uint16_t* list) const {
