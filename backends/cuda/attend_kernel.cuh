@@ -241,6 +241,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       const int role = warp - Cfg::kWarps;  // 0: the producer, 1: the record warp, 2 and 3: the helpers
       if (role >= 2) {
         prepare_items<Cfg>(a, pi, sQ, tid - (Cfg::kWarps + 2) * 32, per_tile, full_bar32, full_bar64, tmap_q);
+        item_clock.flush(warp, lane);
         return;
       }
       uint32_t ring_pos = 0;  // the ring's fills so far: stages and parities run on across items
@@ -250,15 +251,20 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
         ring_pos += uint32_t(plan.n_iter);
         mma::mbar_arrive(pi.union_free_bar + 8u * (k & 1));  // this lane is done with the item's union
       }
+      item_clock.flush(warp, lane);
       return;
     } else {
       if constexpr (Cfg::kProducerWarps > 1) {
         if (plan.use_records && warp == Cfg::kWarps + 1) {
           attend_tile_records<Cfg>(a, item.sp, item.kv_head, lane, plan.cursor, plan.n_iter, item.row0,
                                    item.first_token, plan.n_tokens_cta, plan.full_bar, empty_bar, sMeta, sUnion);
+          item_clock.flush(warp, lane);
           return;
         }
-        if (warp > Cfg::kWarps) return;  // the producer warpgroup's idle warps
+        if (warp > Cfg::kWarps) {  // the producer warpgroup's idle warps
+          item_clock.flush(warp, lane);
+          return;
+        }
       }
       // The stages the table's k̄ columns occupy (the last ones) are filled only once the consumers release them;
       // the stages before them right away (-1: nothing staged, no wait).
@@ -266,6 +272,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       attend_produce<Cfg>(a, item.sp, item.seq, item.kv_head, lane, plan.cursor, plan.n_iter, item.first_token,
                           plan.n_tokens_cta, per_tile, plan.kbar_per_tile, plan.producer_table, plan.full_bar,
                           empty_bar, sRing, sKbar, sBias, sUnion, tmap_k, tmap_v, ring_free_from, ring_free_bar);
+      item_clock.flush(warp, lane);
       return;
     }
   }
@@ -751,7 +758,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     l_b += __shfl_xor_sync(0xffffffffu, l_b, 2);
     if constexpr (Cfg::kTileSplit) {
       // Warp 0 merges every warp's state (warp order) and writes the rows; the others are done.
-      if (!merge_warp_states<Cfg>(acc_o, m_a, m_b, l_a, l_b, reinterpret_cast<float*>(sRing), warp, lane)) return;
+      if (!merge_warp_states<Cfg>(acc_o, m_a, m_b, l_a, l_b, reinterpret_cast<float*>(sRing), warp, lane)) {
+        item_clock.flush(warp, lane);
+        return;
+      }
     }
     write_item_rows<Cfg>(a, item, split, sQ, slab_row, lane, row_a.valid, row_b.valid, m_a, m_b, l_a, l_b, acc_o,
                          tmap_o);
@@ -760,6 +770,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       item_clock.item_done();
     }
   }  // items
+  item_clock.flush(warp, lane);
   if (!kPersistent && tid == 0)
     phase_finish(PhaseKernel::kAttend,
                  "attend: entry / union / counts / tau-mu / first x / table / first tile / loop / written");

@@ -168,7 +168,7 @@ __device__ __forceinline__ void phase_tile(int) {}
 __device__ __forceinline__ void phase_finish(PhaseKernel, const char*) {}
 #endif
 
-// Profiling build only (-DDASHATTN_ITEM_CLOCKS), Stage 2: thread 0 (consumer warp 0's lane 0) adds the SM cycles of
+// Profiling build only (-DDASHATTN_ITEM_CLOCKS), Stage 2: thread 0 (consumer warp 0's lane 0) sums the SM cycles of
 // each segment of each of its row blocks (the persistent kernel's items in turn, or the one-item kernel's one) into
 // g_item_cycles, and launch_attend follows each Stage-2 launch with item_clock_report, which prints the mean per
 // item and re-arms. (No printf in the attention kernel itself: a call there makes ptxas serialize its wgmma, which
@@ -189,9 +189,9 @@ constexpr int kHeadSegments = 9;
 static __device__ unsigned long long g_item_cycles[kItemSegments];
 static __device__ unsigned long long g_item_count;
 static __device__ unsigned long long g_head_cycles[kHeadSegments];
-// Each warp's own clock at the head's block barriers (ItemClock::warp_mark: lane 0 of warp w adds its cycles since
-// its own entry): 0 arriving at the staging barrier, 1 arriving at the plan's barrier, 2 leaving it, so that the
-// report shows which warp each barrier waits for (thread 0's laps show only warp 0's path).
+// Each warp's own clock at the head's block barriers (ItemClock::warp_mark: lane 0 of warp w notes its cycles since
+// its own entry, added here at its exit): 0 arriving at the staging barrier, 1 arriving at the plan's barrier, 2
+// leaving it, so that the report shows which warp each barrier waits for (thread 0's laps show only warp 0's path).
 constexpr int kWarpMarks = 3;
 constexpr int kMaxClockWarps = 16;
 static __device__ unsigned long long g_warp_cycles[kWarpMarks][kMaxClockWarps];
@@ -208,25 +208,44 @@ struct TableClock {
     t = now;
   }
 };
-// Every thread starts it; thread 0 alone takes the laps.
+// Every thread starts it; thread 0 alone takes the laps, and lane 0 of each warp its warp's marks. The cycles are
+// summed in registers and added to the globals by flush(), once the thread is done with the CTA's work: an atomic
+// in the head would be waited for by the next fence.proxy.async (its MEMBAR.ALL.CTA waits for the thread's
+// outstanding memory operations), which lengthened the very segments being timed by ~0.7 K cycles per warp.
+// (32-bit sums: a CTA's segments are far below 2^32 cycles, and half the registers keep the build's spills down.)
 struct ItemClock {
   long long t = 0, th = 0, entry = 0;
+  unsigned seg[kItemSegments] = {};
+  unsigned head[kHeadSegments] = {};
+  unsigned marks[kWarpMarks] = {};
+  unsigned items = 0;
   __device__ __forceinline__ void start() { t = th = entry = clock64(); }
   __device__ __forceinline__ void warp_mark(int k, int warp, int lane) {
-    if (lane == 0 && warp < kMaxClockWarps)
-      atomicAdd(&g_warp_cycles[k][warp], static_cast<unsigned long long>(clock64() - entry));
+    (void)warp;
+    if (lane == 0) marks[k] = static_cast<unsigned>(clock64() - entry);
   }
-  __device__ __forceinline__ void lap(int seg) {
+  __device__ __forceinline__ void lap(int s) {
     const long long now = clock64();
-    atomicAdd(&g_item_cycles[seg], static_cast<unsigned long long>(now - t));
+    seg[s] += static_cast<unsigned>(now - t);
     t = now;
   }
-  __device__ __forceinline__ void head_lap(int seg) {
+  __device__ __forceinline__ void head_lap(int s) {
     const long long now = clock64();
-    atomicAdd(&g_head_cycles[seg], static_cast<unsigned long long>(now - th));
+    head[s] += static_cast<unsigned>(now - th);
     th = now;
   }
-  __device__ __forceinline__ void item_done() { atomicAdd(&g_item_count, 1ull); }
+  __device__ __forceinline__ void item_done() { ++items; }
+  // At every exit of a thread that took laps or marks (a no-op for the others).
+  __device__ __forceinline__ void flush(int warp, int lane) {
+    if (lane == 0 && warp < kMaxClockWarps)
+      for (int k = 0; k < kWarpMarks; ++k)
+        if (marks[k] != 0) atomicAdd(&g_warp_cycles[k][warp], static_cast<unsigned long long>(marks[k]));
+    if (items != 0) {
+      for (int i = 0; i < kItemSegments; ++i) atomicAdd(&g_item_cycles[i], static_cast<unsigned long long>(seg[i]));
+      for (int i = 0; i < kHeadSegments; ++i) atomicAdd(&g_head_cycles[i], static_cast<unsigned long long>(head[i]));
+      atomicAdd(&g_item_count, static_cast<unsigned long long>(items));
+    }
+  }
 };
 static __global__ void item_clock_report() {
   const double n = double(g_item_count > 0 ? g_item_count : 1);
@@ -265,6 +284,7 @@ struct ItemClock {
   __device__ __forceinline__ void lap(int) {}
   __device__ __forceinline__ void head_lap(int) {}
   __device__ __forceinline__ void item_done() {}
+  __device__ __forceinline__ void flush(int, int) {}
 };
 #endif
 
