@@ -191,8 +191,20 @@ struct AttendItem {
                                          : row_tile_word(rr, w, a.chunk, a.log2_chunk, a.mask_words, a.dense);
     }
   }
+  // One warp's union words, lane w holding word w (w < 32), into the list of the union's tiles in ascending order;
+  // total(incl) is called first with the lane's inclusive tile count (lane 31's: the union's), for the caller to
+  // publish it.
+  template <class Total>
+  __device__ __forceinline__ static void list_word_tiles(uint32_t bits, int w, int lane, uint16_t* list,
+                                                         Total&& total) {
+    const int count = __popc(bits);
+    const int incl = warp_inclusive_sum(count, lane);
+    total(incl);
+    int at = incl - count;
+    for (uint32_t b = bits; b != 0u; b &= b - 1u) list[at++] = uint16_t(w * 32 + __ffs(b) - 1);
+  }
   // merge_union's warp 0 with at most kFixedMergeTokens tokens (g >= 16 in the wide tilings): lane w reads word w
-  // of every token in one unrolled round of predicated loads, then counts and lists as merge_union does. The
+  // of every token in one unrolled round of predicated loads, then counts and lists them (list_word_tiles). The
   // general loop's code is several times longer, and warp 0 runs it once per CTA, from cold instruction lines; the
   // plan's barrier waits for this warp (chunk-draw prefill Stage 2 0.9-2 % faster on an H200; perf-log.md,
   // forty-seventh pass).
@@ -210,11 +222,9 @@ struct AttendItem {
       if constexpr (Cfg::kWgmma) summed += __popc(b);
     }
     if (mine) words[lane] = bits;
-    const int count = __popc(bits);
-    const int incl = warp_inclusive_sum(count, lane);
-    if (lane == 31) counts[0] = incl;
-    int at = incl - count;
-    for (uint32_t b = bits; b != 0u; b &= b - 1u) list[at++] = uint16_t(lane * 32 + __ffs(b) - 1);
+    list_word_tiles(bits, lane, lane, list, [&](int incl) {
+      if (lane == 31) counts[0] = incl;
+    });
     if constexpr (Cfg::kWgmma)
       for (int off = 16; off > 0; off >>= 1) summed += __shfl_xor_sync(0xffffffffu, summed, off);
     if (lane == 0) counts[1] = summed;
@@ -244,12 +254,10 @@ struct AttendItem {
         words[w] = bits;
       }
       const int count = __popc(bits);
-      if (one_warp) {
-        const int incl = warp_inclusive_sum(count, lane);
-        if (lane == 31) counts[0] = incl;  // (warp 0 alone writes the counts here)
-        int at = incl - count;
-        for (uint32_t b = bits; b != 0u; b &= b - 1u) list[at++] = uint16_t(w * 32 + __ffs(b) - 1);
-      }
+      if (one_warp)
+        list_word_tiles(bits, w, lane, list, [&](int incl) {
+          if (lane == 31) counts[0] = incl;  // (warp 0 alone writes the counts here)
+        });
       local += count;
     }
     if constexpr (Cfg::kWgmma)
@@ -275,11 +283,9 @@ struct AttendItem {
     if (list != nullptr && union_words <= 32) {
       if (t0 >= 32) return;
       const uint32_t bits = lane < union_words ? words[lane] : 0u;
-      const int count = __popc(bits);
-      const int incl = warp_inclusive_sum(count, lane);
-      if (lane == 31 && incl) atomicAdd(&counts[0], incl);
-      int at = incl - count;
-      for (uint32_t b = bits; b != 0u; b &= b - 1u) list[at++] = uint16_t(lane * 32 + __ffs(b) - 1);
+      list_word_tiles(bits, lane, lane, list, [&](int incl) {
+        if (lane == 31 && incl) atomicAdd(&counts[0], incl);
+      });
       return;
     }
     int local = 0;
@@ -312,7 +318,7 @@ struct AttendItem {
     else
       union_tokens(a, words, counts, warp, Cfg::kThreads / 32, lane, early_word, early);
     if (tid == 0) clock.head_lap(5);
-    clock.warp_mark(0, warp, lane);
+    clock.warp_mark(0, lane);
     __syncthreads();
     if (tid == 0) {
       clock.head_lap(6);

@@ -125,7 +125,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   AttendItem<Cfg> item;
   if constexpr (!kPersistent) item.begin(a, int64_t(gridDim.x) - 1 - blockIdx.x, blockIdx.y);
   if (tid == 0) phase_mark(PhaseKernel::kAttend, 0);
-  ItemClock item_clock;  // profiling build only (phase_clocks.cuh)
+  ItemClock item_clock;  // profiling build only (phase_clocks.cuh); adds its sums at the thread's exit
   item_clock.start();
 
   constexpr bool kRecordWarp = Cfg::kWgmma;  // (then kMetaBytes > 0)
@@ -208,10 +208,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     for (int i = tid; i < int(Cfg::kKbarBytes / 16); i += Cfg::kThreads)
       reinterpret_cast<uint4*>(sKbar)[i] = make_uint4(0u, 0u, 0u, 0u);
   }
-  item_clock.warp_mark(1, warp, lane);
+  item_clock.warp_mark(1, lane);
   __syncthreads();  // union, count, Q (by cp.async) and the barrier initialisation are visible to every warp
   if constexpr (!kPersistent) {
-    item_clock.warp_mark(2, warp, lane);
+    item_clock.warp_mark(2, lane);
     plan = plan_item(a, item, sUnion, split, per_tile, sCount[0], sCount[1], full_bar32, full_bar64);
     if (tid == 0) {
       phase_mark(PhaseKernel::kAttend, 2);
@@ -241,7 +241,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       const int role = warp - Cfg::kWarps;  // 0: the producer, 1: the record warp, 2 and 3: the helpers
       if (role >= 2) {
         prepare_items<Cfg>(a, pi, sQ, tid - (Cfg::kWarps + 2) * 32, per_tile, full_bar32, full_bar64, tmap_q);
-        item_clock.flush(warp, lane);
         return;
       }
       uint32_t ring_pos = 0;  // the ring's fills so far: stages and parities run on across items
@@ -251,20 +250,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
         ring_pos += uint32_t(plan.n_iter);
         mma::mbar_arrive(pi.union_free_bar + 8u * (k & 1));  // this lane is done with the item's union
       }
-      item_clock.flush(warp, lane);
       return;
     } else {
       if constexpr (Cfg::kProducerWarps > 1) {
         if (plan.use_records && warp == Cfg::kWarps + 1) {
           attend_tile_records<Cfg>(a, item.sp, item.kv_head, lane, plan.cursor, plan.n_iter, item.row0,
                                    item.first_token, plan.n_tokens_cta, plan.full_bar, empty_bar, sMeta, sUnion);
-          item_clock.flush(warp, lane);
           return;
         }
-        if (warp > Cfg::kWarps) {  // the producer warpgroup's idle warps
-          item_clock.flush(warp, lane);
-          return;
-        }
+        if (warp > Cfg::kWarps) return;  // the producer warpgroup's idle warps
       }
       // The stages the table's k̄ columns occupy (the last ones) are filled only once the consumers release them;
       // the stages before them right away (-1: nothing staged, no wait).
@@ -272,7 +266,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       attend_produce<Cfg>(a, item.sp, item.seq, item.kv_head, lane, plan.cursor, plan.n_iter, item.first_token,
                           plan.n_tokens_cta, per_tile, plan.kbar_per_tile, plan.producer_table, plan.full_bar,
                           empty_bar, sRing, sKbar, sBias, sUnion, tmap_k, tmap_v, ring_free_from, ring_free_bar);
-      item_clock.flush(warp, lane);
       return;
     }
   }
@@ -758,10 +751,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     l_b += __shfl_xor_sync(0xffffffffu, l_b, 2);
     if constexpr (Cfg::kTileSplit) {
       // Warp 0 merges every warp's state (warp order) and writes the rows; the others are done.
-      if (!merge_warp_states<Cfg>(acc_o, m_a, m_b, l_a, l_b, reinterpret_cast<float*>(sRing), warp, lane)) {
-        item_clock.flush(warp, lane);
-        return;
-      }
+      if (!merge_warp_states<Cfg>(acc_o, m_a, m_b, l_a, l_b, reinterpret_cast<float*>(sRing), warp, lane)) return;
     }
     write_item_rows<Cfg>(a, item, split, sQ, slab_row, lane, row_a.valid, row_b.valid, m_a, m_b, l_a, l_b, acc_o,
                          tmap_o);
@@ -770,7 +760,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       item_clock.item_done();
     }
   }  // items
-  item_clock.flush(warp, lane);
   if (!kPersistent && tid == 0)
     phase_finish(PhaseKernel::kAttend,
                  "attend: entry / union / counts / tau-mu / first x / table / first tile / loop / written");

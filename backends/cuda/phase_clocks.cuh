@@ -199,18 +199,26 @@ static __device__ unsigned long long g_warp_cycles[kWarpMarks][kMaxClockWarps];
 // copies issued, 1 their wait and the consumers' barrier, 2 the entries computed and written.
 constexpr int kTableSegments = 3;
 static __device__ unsigned long long g_table_cycles[kTableSegments];
+// Summed in registers and added at the end of its scope, as ItemClock below is (and for its reason).
 struct TableClock {
   long long t = 0;
+  unsigned seg[kTableSegments] = {};
+  bool took = false;
   __device__ __forceinline__ void start() { t = clock64(); }
-  __device__ __forceinline__ void lap(int seg) {
+  __device__ __forceinline__ void lap(int s) {
     const long long now = clock64();
-    atomicAdd(&g_table_cycles[seg], static_cast<unsigned long long>(now - t));
+    seg[s] += static_cast<unsigned>(now - t);
     t = now;
+    took = true;
+  }
+  __device__ __forceinline__ ~TableClock() {
+    if (took)
+      for (int i = 0; i < kTableSegments; ++i) atomicAdd(&g_table_cycles[i], static_cast<unsigned long long>(seg[i]));
   }
 };
 // Every thread starts it; thread 0 alone takes the laps, and lane 0 of each warp its warp's marks. The cycles are
-// summed in registers and added to the globals by flush(), once the thread is done with the CTA's work: an atomic
-// in the head would be waited for by the next fence.proxy.async (its MEMBAR.ALL.CTA waits for the thread's
+// summed in registers and added to the globals by the destructor, once the thread is done with the CTA's work: an
+// atomic in the head would be waited for by the next fence.proxy.async (its MEMBAR.ALL.CTA waits for the thread's
 // outstanding memory operations), which lengthened the very segments being timed by ~0.7 K cycles per warp.
 // (32-bit sums: a CTA's segments are far below 2^32 cycles, and half the registers keep the build's spills down.)
 struct ItemClock {
@@ -220,8 +228,7 @@ struct ItemClock {
   unsigned marks[kWarpMarks] = {};
   unsigned items = 0;
   __device__ __forceinline__ void start() { t = th = entry = clock64(); }
-  __device__ __forceinline__ void warp_mark(int k, int warp, int lane) {
-    (void)warp;
+  __device__ __forceinline__ void warp_mark(int k, int lane) {
     if (lane == 0) marks[k] = static_cast<unsigned>(clock64() - entry);
   }
   __device__ __forceinline__ void lap(int s) {
@@ -235,8 +242,9 @@ struct ItemClock {
     th = now;
   }
   __device__ __forceinline__ void item_done() { ++items; }
-  // At every exit of a thread that took laps or marks (a no-op for the others).
-  __device__ __forceinline__ void flush(int warp, int lane) {
+  // At the thread's exit, whichever return it takes (a no-op for threads without laps or marks).
+  __device__ __forceinline__ ~ItemClock() {
+    const int warp = int(threadIdx.x / 32), lane = int(threadIdx.x % 32);
     if (lane == 0 && warp < kMaxClockWarps)
       for (int k = 0; k < kWarpMarks; ++k)
         if (marks[k] != 0) atomicAdd(&g_warp_cycles[k][warp], static_cast<unsigned long long>(marks[k]));
@@ -280,11 +288,10 @@ struct TableClock {
 };
 struct ItemClock {
   __device__ __forceinline__ void start() {}
-  __device__ __forceinline__ void warp_mark(int, int, int) {}
+  __device__ __forceinline__ void warp_mark(int, int) {}
   __device__ __forceinline__ void lap(int) {}
   __device__ __forceinline__ void head_lap(int) {}
   __device__ __forceinline__ void item_done() {}
-  __device__ __forceinline__ void flush(int, int) {}
 };
 #endif
 
